@@ -1,0 +1,56 @@
+"""Agents hand over one kernel per (task, target, trajectory).
+
+`reference` serves the expert kernels kept beside the task files (`reference/<target>/<family>.cu`);
+`file:<dir>` serves a user's own kernels (`<dir>/<task>.cu`, else `<dir>/<family>.cu`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from .candidate import Candidate
+from .catalogue import Task
+from .targets import Target
+
+
+@dataclass(frozen=True)
+class NoKernel:
+    """The agent has no kernel for this task; says where it looked."""
+
+    reason: str
+
+
+class Agent(Protocol):
+    name: str
+
+    def kernel(self, task: Task, target: Target, trajectory: int) -> Candidate | NoKernel: ...
+
+
+@dataclass(frozen=True)
+class FolderAgent:
+    """Kernels read from a folder: the first existing of `paths` wins."""
+
+    name: str
+    folder: Path
+    by_target: bool  # reference kernels sit in one subfolder per target
+
+    def kernel(self, task: Task, target: Target, trajectory: int) -> Candidate | NoKernel:
+        base = self.folder / target.name if self.by_target else self.folder
+        paths = [base / f"{task.name}.cu", base / f"{task.family_name}.cu"]
+        for path in paths:
+            if path.is_file():
+                return Candidate.from_file(task.name, target.name, path)
+        return NoKernel(f"{self.name} has no kernel for {task.name} on {target.name} (looked for {', '.join(map(str, paths))})")
+
+
+def builtin_agent(spec: str, catalogue: Path) -> Agent | None:
+    if spec == "reference":
+        return FolderAgent("reference", catalogue / "reference", by_target=True)
+    if spec.startswith("file:"):
+        folder = Path(spec.removeprefix("file:")).expanduser()
+        if not folder.is_dir():
+            raise ValueError(f"--ptx-model={spec}: {folder} is not a folder")
+        return FolderAgent(spec, folder.resolve(), by_target=False)
+    return None

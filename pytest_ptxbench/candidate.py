@@ -1,0 +1,23 @@
+"""A candidate: one `.cu` source written for one task and target, as the agent handed it over."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Candidate:
+    task: str  # "gemm-n7168-k5120"
+    target: str  # "h100"
+    source: str  # the whole .cu file
+    origin: str  # where it came from: a path, or "model turn 3"
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_file(cls, task: str, target: str, path: Path) -> Candidate:
+        return cls(task, target, path.read_text(), str(path))

@@ -1,0 +1,51 @@
+"""The test cases: one per (task, target, shape, trajectory), with stable, readable ids."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .catalogue import Family, Shape, Task, shape_values
+from .targets import Target
+
+SLOW_FLOPS = 4e12  # shapes of at least this many FLOPs carry the `slow` marker
+
+
+@dataclass(frozen=True)
+class Case:
+    family: Family
+    task: Task
+    target: Target
+    shape: Shape
+    trajectory: int  # 1-based
+    trajectories: int
+
+    @property
+    def id(self) -> str:
+        """`gemm-n7168-k5120-h100-m8192`, with `-t2` when there are several trajectories."""
+        suffix = f"-t{self.trajectory}" if self.trajectories > 1 else ""
+        return f"{self.task.name}-{self.target.name}-{self.shape.id}{suffix}"
+
+    @property
+    def group(self) -> str:
+        """Tests that share one kernel (one trajectory of one task on one target)."""
+        return f"{self.task.name}-{self.target.name}-t{self.trajectory}"
+
+    @property
+    def flops(self) -> float:
+        return self.family.flops(shape_values(self.task, self.shape.values))
+
+    @property
+    def slow(self) -> bool:
+        return self.flops >= SLOW_FLOPS
+
+
+def make_cases(families: list[Family], targets: list[Target], shapes: str, trajectories: int) -> list[Case]:
+    """In catalogue order (families by name, tasks and shapes as the files list them): stable ids."""
+    return [
+        Case(family, task, target, shape, n, trajectories)
+        for family in families
+        for task in family.tasks
+        for target in targets
+        for shape in family.shapes(shapes)
+        for n in range(1, trajectories + 1)
+    ]

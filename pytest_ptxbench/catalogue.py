@@ -1,0 +1,385 @@
+"""The task catalogue: families of tasks read from `*.yaml`, validated field by field.
+
+A *family* (gemm, attention_fwd, ...) declares everything a kernel must satisfy; a *task* fixes some
+of its axes (`gemm-n7168-k5120`); a *shape* sets the rest (`m8192`). A malformed file raises
+`TaskFileError` naming the file, the field and the bad value.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .formula import Formula, FormulaError
+from .targets import TARGETS
+
+ROLES = ("input", "output", "scalar", "workspace", "workspace_bytes", "stream")
+DTYPES = ("bf16", "fp16", "fp32")
+DISTRIBUTIONS = {"normal": {"std"}, "uniform": {"low", "high"}, "spiky": {"std", "outlier_fraction", "outlier_scale"}}
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+AxisValue = int | str
+
+
+class TaskFileError(ValueError):
+    """A task file does not follow the schema; the message names file, field and value."""
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    ctype: str
+    role: str
+    dtype: str | None = None
+    shape: tuple[Formula, ...] = ()
+    value: Formula | None = None  # scalars: evaluated from the task's axes
+
+
+@dataclass(frozen=True)
+class Launcher:
+    name: str
+    returns: str
+    params: tuple[Param, ...]
+
+    def declaration(self) -> str:
+        """The exact C prototype a candidate must define."""
+        args = ", ".join(f"{p.ctype} {p.name}" for p in self.params)
+        return f'extern "C" {self.returns} {self.name}({args});'
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+
+
+@dataclass(frozen=True)
+class Distribution:
+    name: str
+    params: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class Shape:
+    values: Mapping[str, AxisValue]
+    id: str
+    hidden: bool
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    file: Path
+    description: str
+    task_axes: tuple[str, ...]
+    shape_axes: tuple[str, ...]
+    launcher: Launcher
+    reference: str
+    baseline_library: str
+    baseline: str
+    flops: Formula
+    bytes: Formula
+    workspace_bytes: Formula
+    tolerances: Mapping[str, Tolerance]
+    matched_ratio: float
+    distributions: tuple[Distribution, ...]
+    sanitizer_shape: Mapping[str, AxisValue]
+    opcodes: Mapping[str, tuple[str, ...]]
+    not_run_on_hardware: frozenset[str]
+    tasks: tuple[Task, ...]
+    visible: tuple[Mapping[str, AxisValue], ...]
+    hidden: tuple[Mapping[str, AxisValue], ...]
+    task_id: str
+    shape_id: str
+
+    def shapes(self, which: str) -> list[Shape]:
+        """`visible`, `hidden` or `all` shapes, with their test-id parts."""
+        chosen = [(s, False) for s in self.visible if which in ("visible", "all")]
+        chosen += [(s, True) for s in self.hidden if which in ("hidden", "all")]
+        return [Shape(dict(s), self.shape_id.format(**s), hidden) for s, hidden in chosen]
+
+
+@dataclass(frozen=True)
+class Task:
+    family_name: str
+    axes: Mapping[str, AxisValue]
+    name: str  # "gemm-n7168-k5120"
+
+
+def load_catalogue(directory: Path) -> list[Family]:
+    """Every `*.yaml` family in `directory`, sorted by name."""
+    families = [load_family(path) for path in sorted(directory.glob("*.yaml"))]
+    seen: dict[str, Path] = {}
+    for family in families:
+        if family.name in seen:
+            raise TaskFileError(f"{family.file}: family: {family.name!r} is also defined in {seen[family.name]}")
+        seen[family.name] = family.file
+    return sorted(families, key=lambda f: f.name)
+
+
+def load_family(path: Path) -> Family:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise TaskFileError(f"{path}: not valid YAML: {exc}") from exc
+    return _Reader(path).family(raw)
+
+
+class _Reader:
+    """Reads one file; every accessor names the field it checks."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, where: str, message: str) -> TaskFileError:
+        return TaskFileError(f"{self.path}: {where}: {message}")
+
+    def get(self, data: Any, key: str, kind: type | tuple[type, ...], where: str, default: Any = ...) -> Any:
+        field = f"{where}.{key}" if where else key
+        if not isinstance(data, Mapping):
+            raise self.fail(where or "top level", f"expected a mapping, got {data!r}")
+        if key not in data:
+            if default is ...:
+                raise self.fail(field, "missing")
+            return default
+        value = data[key]
+        if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
+            raise self.fail(field, f"expected {_kind_name(kind)}, got {value!r}")
+        return value
+
+    def formula(self, text: Any, names: set[str], where: str) -> Formula:
+        if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+            raise self.fail(where, f"expected a formula, got {text!r}")
+        try:
+            return Formula(str(text), names)
+        except FormulaError as exc:
+            raise self.fail(where, str(exc)) from exc
+
+    def family(self, raw: Any) -> Family:
+        name = self.get(raw, "family", str, "")
+        if not _IDENT.match(name):
+            raise self.fail("family", f"not an identifier: {name!r}")
+        axes = self.get(raw, "axes", Mapping, "")
+        task_axes = tuple(self.names(self.get(axes, "task", list, "axes"), "axes.task"))
+        shape_axes = tuple(self.names(self.get(axes, "shape", list, "axes"), "axes.shape"))
+        if set(task_axes) & set(shape_axes):
+            raise self.fail("axes", f"axes {sorted(set(task_axes) & set(shape_axes))} are both task and shape axes")
+        names = set(task_axes) | set(shape_axes)
+        task_id = self.id_format(raw, "task_id", task_axes)
+        shape_id = self.id_format(raw, "shape_id", shape_axes)
+        tasks = tuple(
+            self.task(name, entry, task_axes, task_id, f"tasks[{i}]")
+            for i, entry in enumerate(self.get(raw, "tasks", list, ""))
+        )
+        if not tasks:
+            raise self.fail("tasks", "empty")
+        duplicate = _first_duplicate(t.name for t in tasks)
+        if duplicate:
+            raise self.fail("tasks", f"task {duplicate!r} is listed twice")
+        shapes = self.get(raw, "shapes", Mapping, "")
+        visible = tuple(self.shape(s, shape_axes, f"shapes.visible[{i}]") for i, s in enumerate(self.get(shapes, "visible", list, "shapes")))
+        hidden = tuple(self.shape(s, shape_axes, f"shapes.hidden[{i}]") for i, s in enumerate(self.get(shapes, "hidden", list, "shapes")))
+        if not visible:
+            raise self.fail("shapes.visible", "empty: the model needs at least one shape for feedback")
+        duplicate = _first_duplicate(shape_id.format(**s) for s in visible + hidden)
+        if duplicate:
+            raise self.fail("shapes", f"shape {duplicate!r} is listed twice")
+        baseline = self.get(raw, "baseline", Mapping, "")
+        opcodes = self.get(raw, "opcodes", Mapping, "")
+        for target, patterns in opcodes.items():
+            if target not in TARGETS:
+                raise self.fail(f"opcodes.{target}", f"unknown target (known: {', '.join(TARGETS)})")
+            if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) and p for p in patterns):
+                raise self.fail(f"opcodes.{target}", f"expected a non-empty list of opcode patterns, got {patterns!r}")
+        not_run = self.get(raw, "not_run_on_hardware", list, "", default=[])
+        for target in not_run:
+            if target not in TARGETS:
+                raise self.fail("not_run_on_hardware", f"unknown target {target!r}")
+        return Family(
+            name=name,
+            file=self.path,
+            description=self.get(raw, "description", str, ""),
+            task_axes=task_axes,
+            shape_axes=shape_axes,
+            launcher=self.launcher(self.get(raw, "launcher", Mapping, ""), names),
+            reference=self.callable_path(raw, "reference", ""),
+            baseline_library=self.get(baseline, "library", str, "baseline"),
+            baseline=self.callable_path(baseline, "function", "baseline"),
+            flops=self.formula(self.get(raw, "flops", (str, int), ""), names, "flops"),
+            bytes=self.formula(self.get(raw, "bytes", (str, int), ""), names, "bytes"),
+            workspace_bytes=self.formula(self.get(raw, "workspace_bytes", (str, int), ""), names, "workspace_bytes"),
+            tolerances=self.tolerances(self.get(raw, "tolerances", Mapping, "")),
+            matched_ratio=self.fraction(raw, "matched_ratio"),
+            distributions=tuple(self.distribution(d, f"inputs[{i}]") for i, d in enumerate(self.get(raw, "inputs", list, ""))),
+            sanitizer_shape=self.shape(self.get(raw, "sanitizer_shape", Mapping, ""), shape_axes, "sanitizer_shape"),
+            opcodes={t: tuple(p) for t, p in opcodes.items()},
+            not_run_on_hardware=frozenset(not_run),
+            tasks=tasks,
+            visible=visible,
+            hidden=hidden,
+            task_id=task_id,
+            shape_id=shape_id,
+        )
+
+    def names(self, values: list[Any], where: str) -> list[str]:
+        for i, value in enumerate(values):
+            if not isinstance(value, str) or not _IDENT.match(value):
+                raise self.fail(f"{where}[{i}]", f"not an axis name: {value!r}")
+        if not values:
+            raise self.fail(where, "empty")
+        return values
+
+    def id_format(self, raw: Any, key: str, axes: tuple[str, ...]) -> str:
+        text = self.get(raw, key, str, "")
+        used = set(re.findall(r"{(\w+)}", text))
+        if used != set(axes):
+            raise self.fail(key, f"{text!r} must name each of the axes {list(axes)} once")
+        if not re.fullmatch(r"[a-z0-9_{}A-Z-]+", text):
+            raise self.fail(key, f"{text!r}: test ids take letters, digits, '_' and '-' only")
+        return text
+
+    def task(self, family: str, entry: Any, axes: tuple[str, ...], id_format: str, where: str) -> Task:
+        values = self.axis_values(entry, axes, where)
+        return Task(family, values, f"{family}-{id_format.format(**values)}")
+
+    def shape(self, entry: Any, axes: tuple[str, ...], where: str) -> dict[str, AxisValue]:
+        return self.axis_values(entry, axes, where)
+
+    def axis_values(self, entry: Any, axes: tuple[str, ...], where: str) -> dict[str, AxisValue]:
+        if not isinstance(entry, Mapping):
+            raise self.fail(where, f"expected a mapping of {list(axes)}, got {entry!r}")
+        extra = set(entry) - set(axes)
+        if extra:
+            raise self.fail(where, f"unknown axis {sorted(extra)[0]!r} (axes: {list(axes)})")
+        values: dict[str, AxisValue] = {}
+        for axis in axes:
+            value = self.get(entry, axis, (int, str), where)
+            if isinstance(value, int) and value <= 0:
+                raise self.fail(f"{where}.{axis}", f"must be positive, got {value!r}")
+            if isinstance(value, str) and not _IDENT.match(value):
+                raise self.fail(f"{where}.{axis}", f"not a word: {value!r}")
+            values[axis] = value
+        return values
+
+    def launcher(self, raw: Mapping[str, Any], names: set[str]) -> Launcher:
+        name = self.get(raw, "name", str, "launcher")
+        if not _IDENT.match(name):
+            raise self.fail("launcher.name", f"not a C identifier: {name!r}")
+        params = []
+        for i, entry in enumerate(self.get(raw, "params", list, "launcher")):
+            where = f"launcher.params[{i}]"
+            role = self.get(entry, "role", str, where)
+            if role not in ROLES:
+                raise self.fail(f"{where}.role", f"{role!r} is not one of {', '.join(ROLES)}")
+            dtype = self.get(entry, "dtype", str, where, default=None)
+            if role in ("input", "output") and dtype not in DTYPES:
+                raise self.fail(f"{where}.dtype", f"{dtype!r} is not one of {', '.join(DTYPES)}")
+            shape = tuple(self.formula(d, names, f"{where}.shape[{j}]") for j, d in enumerate(self.get(entry, "shape", list, where, default=[])))
+            if role in ("input", "output") and not shape:
+                raise self.fail(f"{where}.shape", "inputs and outputs need a shape")
+            value = entry.get("value")
+            params.append(Param(
+                name=self.get(entry, "name", str, where),
+                ctype=self.get(entry, "type", str, where),
+                role=role,
+                dtype=dtype,
+                shape=shape,
+                value=self.formula(value, names, f"{where}.value") if role == "scalar" else None,
+            ))
+        duplicate = _first_duplicate(p.name for p in params)
+        if duplicate:
+            raise self.fail("launcher.params", f"parameter {duplicate!r} is declared twice")
+        for role in ("output", "stream", "workspace", "workspace_bytes"):
+            if not any(p.role == role for p in params):
+                raise self.fail("launcher.params", f"no parameter has role {role!r}")
+        return Launcher(name, self.get(raw, "returns", str, "launcher"), tuple(params))
+
+    def callable_path(self, raw: Any, key: str, where: str) -> str:
+        text = self.get(raw, key, str, where)
+        if not _CALLABLE.match(text):
+            raise self.fail(f"{where}.{key}" if where else key, f"expected 'module:function', got {text!r}")
+        return text
+
+    def tolerances(self, raw: Mapping[str, Any]) -> dict[str, Tolerance]:
+        out = {}
+        for dtype, entry in raw.items():
+            if dtype not in DTYPES:
+                raise self.fail(f"tolerances.{dtype}", f"unknown dtype (known: {', '.join(DTYPES)})")
+            atol = self.number(entry, "atol", f"tolerances.{dtype}")
+            rtol = self.number(entry, "rtol", f"tolerances.{dtype}")
+            out[dtype] = Tolerance(atol, rtol)
+        return out
+
+    def number(self, raw: Any, key: str, where: str) -> float:
+        value = self.get(raw, key, (int, float), where)
+        if value < 0:
+            raise self.fail(f"{where}.{key}", f"must not be negative, got {value!r}")
+        return float(value)
+
+    def fraction(self, raw: Any, key: str) -> float:
+        value = self.number(raw, key, "")
+        if not 0 < value <= 1:
+            raise self.fail(key, f"must be in (0, 1], got {value!r}")
+        return value
+
+    def distribution(self, raw: Any, where: str) -> Distribution:
+        name = self.get(raw, "name", str, where)
+        if name not in DISTRIBUTIONS:
+            raise self.fail(f"{where}.name", f"{name!r} is not one of {', '.join(DISTRIBUTIONS)}")
+        params = {k: float(self.get(raw, k, (int, float), where)) for k in raw if k != "name"}
+        unknown = set(params) - DISTRIBUTIONS[name]
+        if unknown:
+            raise self.fail(f"{where}.{sorted(unknown)[0]}", f"not a parameter of {name!r} (known: {sorted(DISTRIBUTIONS[name])})")
+        return Distribution(name, params)
+
+
+def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    words = {str: "a string", int: "an integer", float: "a number", list: "a list", Mapping: "a mapping", bool: "true/false"}
+    return " or ".join(words.get(k, k.__name__) for k in _as_tuple(kind))
+
+
+def _first_duplicate(items: Iterator[str] | Any) -> str | None:
+    seen: set[str] = set()
+    for item in items:
+        if item in seen:
+            return item
+        seen.add(item)
+    return None
+
+
+def shape_values(task: Task, shape: Mapping[str, AxisValue]) -> dict[str, AxisValue]:
+    """The values a formula sees: the task's fixed axes and the shape's."""
+    return {**task.axes, **shape}
+
+
+def replace_hidden(families: list[Family], path: Path) -> list[Family]:
+    """Hidden shapes from a file given at run time (`{family: [shape, ...]}`) replace the catalogue's."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise TaskFileError(f"{path}: cannot read shapes: {exc}") from exc
+    reader = _Reader(path)
+    if not isinstance(raw, Mapping):
+        raise reader.fail("top level", f"expected a mapping of family → shapes, got {raw!r}")
+    by_name = {f.name: f for f in families}
+    for name in raw:
+        if name not in by_name:
+            raise reader.fail(str(name), f"unknown family (known: {', '.join(by_name)})")
+    out = []
+    for family in families:
+        if family.name in raw:
+            entries = reader.get(raw, family.name, list, "")
+            hidden = tuple(reader.shape(s, family.shape_axes, f"{family.name}[{i}]") for i, s in enumerate(entries))
+            family = replace(family, hidden=hidden)
+        out.append(family)
+    return out

@@ -1,0 +1,58 @@
+"""GPUs on this host, found through nvidia-smi so that nothing starts CUDA in the pytest process."""
+
+from __future__ import annotations
+
+import csv
+import io
+import shutil
+from dataclasses import dataclass
+
+from . import process
+from .targets import Target
+
+QUERY = "index,name,compute_cap,driver_version,uuid,pci.bus_id"
+
+
+@dataclass(frozen=True)
+class Device:
+    index: int  # nvidia-smi's index (PCI order)
+    name: str
+    capability: tuple[int, int]
+    driver: str
+    uuid: str
+    pci_bus_id: str
+
+    @property
+    def arch(self) -> str:
+        return "sm_{}{}".format(*self.capability)
+
+
+def parse_devices(text: str) -> list[Device]:
+    """`nvidia-smi --query-gpu=<QUERY> --format=csv,noheader` → devices."""
+    devices = []
+    for row in csv.reader(io.StringIO(text), skipinitialspace=True):
+        if len(row) != 6:
+            continue
+        index, name, cap, driver, uuid, bus = (cell.strip() for cell in row)
+        major, _, minor = cap.partition(".")
+        devices.append(Device(int(index), name, (int(major), int(minor or 0)), driver, uuid, bus))
+    return devices
+
+
+def detect_devices(timeout: float = 30) -> list[Device]:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    done = process.run([smi, f"--query-gpu={QUERY}", "--format=csv,noheader"], timeout)
+    return parse_devices(done.stdout) if done.returncode == 0 else []
+
+
+def device_for(target: Target, devices: list[Device]) -> Device | None:
+    """The first device that runs `target`'s code (architecture-specific: the capability must match)."""
+    return next((d for d in devices if d.capability == target.capability), None)
+
+
+def missing_device(target: Target, devices: list[Device]) -> str:
+    """`needs an sm_90 device, found none` / `..., found NVIDIA A100 (sm_80)`."""
+    found = ", ".join(f"{d.name} ({d.arch})" for d in devices) or "none"
+    return f"needs an {target.device_arch} device ({target.label}), found {found}"

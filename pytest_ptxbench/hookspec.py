@@ -1,0 +1,18 @@
+"""pytest-ptxbench's own hooks, added to pytest through `pytest_addhooks`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .agents import Agent
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_ptxbench_make_agent(spec: str, catalogue: Path, config: pytest.Config) -> Agent | None:
+    """Return the agent that `--ptx-model=spec` names, or None when this plugin does not know it.
+    `catalogue` is the folder of the task files (reference kernels live under it)."""

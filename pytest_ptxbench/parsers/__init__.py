@@ -1,0 +1,1 @@
+"""Parsers of real tool output: cuobjdump SASS, objdump host symbols and code, ptxas resource reports."""

@@ -1,0 +1,64 @@
+"""Per-kernel SASS opcode inventory from `cuobjdump -sass` output.
+
+Only address-anchored instruction lines (`/*0040*/  @!P0 HGMMA.64x256x16.F32.BF16 ... ;`) count: header
+text, `.headerflags` and encoding comments may hold opcode-like words and are ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+
+_ARCH = re.compile(r"^\s*arch\s*=\s*(sm_\w+)\s*$")
+_FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)\s*$")
+_INSTRUCTION = re.compile(r"^\s*/\*([0-9a-fA-F]{4,})\*/\s+([^;]*?)\s*;")
+_PREDICATE = re.compile(r"^@!?U?P(?:T|\d+)$")
+
+
+@dataclass
+class Kernel:
+    name: str  # mangled, as the cubin's symbol table and ncu name it
+    arch: str
+    opcodes: Counter[str] = field(default_factory=Counter)  # full mnemonic with modifiers → static count
+
+
+def parse_sass(text: str) -> dict[str, Kernel]:
+    """Kernels by mangled name. A kernel listed twice (one fatbin per build pass) is counted once."""
+    kernels: dict[str, Kernel] = {}
+    arch = "unknown"
+    current: Kernel | None = None
+    for line in text.splitlines():
+        if m := _ARCH.match(line):
+            arch, current = m.group(1), None
+        elif m := _FUNCTION.match(line):
+            name = m.group(1)
+            current = None if name in kernels else kernels.setdefault(name, Kernel(name, arch))
+        elif current is not None and (m := _INSTRUCTION.match(line)):
+            mnemonic = opcode_of(m.group(2))
+            if mnemonic:
+                current.opcodes[mnemonic] += 1
+    return kernels
+
+
+def opcode_of(instruction: str) -> str:
+    """`@!P0 HGMMA.64x8x16.F32.BF16 R24, gdesc[UR4], R24` → `HGMMA.64x8x16.F32.BF16`."""
+    tokens = instruction.split()
+    if tokens and _PREDICATE.match(tokens[0]):
+        tokens = tokens[1:]
+    return tokens[0] if tokens else ""
+
+
+def matches(pattern: str, mnemonic: str) -> bool:
+    """Dot-separated tokens, compared from the left with shell wildcards; extra trailing modifiers
+    are allowed. `HGMMA.*.F32.BF16` matches `HGMMA.64x256x16.F32.BF16`, not `HGMMA.64x256x16.F32`;
+    `UTMALDG` matches `UTMALDG.2D`."""
+    want, have = pattern.split("."), mnemonic.split(".")
+    return len(have) >= len(want) and all(fnmatchcase(h, w) for w, h in zip(want, have))
+
+
+def holders(pattern: str, kernels: dict[str, Kernel]) -> dict[str, list[str]]:
+    """Kernel name → the mnemonics in it that match `pattern`."""
+    found = {k.name: sorted(m for m in k.opcodes if matches(pattern, m)) for k in kernels.values()}
+    return {name: mnemonics for name, mnemonics in found.items() if mnemonics}

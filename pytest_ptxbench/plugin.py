@@ -1,0 +1,129 @@
+"""pytest wiring only: options, markers, parametrization, fixtures, header and summary."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import hookspec, settings
+from .agents import Agent, builtin_agent
+from .cases import Case
+from .session import Harness
+from .summary import PROPERTY, render, summary_row
+from .targets import TARGETS
+from .verdict import Outcome
+
+HARNESS = pytest.StashKey[Harness]()
+_OUT_SET_HERE = pytest.StashKey[bool]()
+MARKERS = {
+    "gpu": "needs a GPU to pass (skips with a reason elsewhere)",
+    "hidden": "a hidden shape: scored only, never shown to the model",
+    "slow": "a shape of at least 4 TFLOP",
+    "ptxbench(**settings)": "override ptxbench settings for one test (e.g. runs=10)",
+    "xdist_group(name)": "keep tests that share one kernel on one xdist worker",
+    **{name: f"target {t.label} ({t.arch})" for name, t in TARGETS.items()},
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    settings.add_options(parser)
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspec)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    harness = Harness(config)
+    config.stash[HARNESS] = harness
+    config.pluginmanager.register(Recorder(), "ptxbench-recorder")
+    # xdist workers inherit the environment: they must all write into the controller's run directory.
+    config.stash[_OUT_SET_HERE] = "PTXBENCH_OUT" not in os.environ
+    os.environ.setdefault("PTXBENCH_OUT", str(harness.run.path))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if config.stash.get(_OUT_SET_HERE, False):
+        os.environ.pop("PTXBENCH_OUT", None)
+
+
+def pytest_ptxbench_make_agent(spec: str, catalogue: Path, config: pytest.Config) -> Agent | None:
+    return builtin_agent(spec, catalogue)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "ptx_case" not in metafunc.fixturenames:
+        return
+    config = metafunc.config
+    cases = config.stash[HARNESS].cases(metafunc.definition.path.parent)
+    for family in {c.family.name: c.family for c in cases}.values():
+        config.addinivalue_line("markers", f"{family.name}: task family {family.name}")
+    metafunc.parametrize("ptx_case", [pytest.param(c, id=c.id, marks=_marks(c)) for c in cases])
+
+
+def _marks(case: Case) -> list[pytest.MarkDecorator]:
+    marks = [getattr(pytest.mark, case.family.name), getattr(pytest.mark, case.target.name),
+             pytest.mark.gpu, pytest.mark.xdist_group(case.group)]
+    if case.shape.hidden:
+        marks.append(pytest.mark.hidden)
+    if case.slow:
+        marks.append(pytest.mark.slow)
+    return marks
+
+
+class Bench:
+    """The `ptx_bench` fixture: evaluates a case and turns the decision into the test's outcome."""
+
+    def __init__(self, harness: Harness, item: pytest.Item) -> None:
+        self.harness, self.item = harness, item
+
+    def evaluate(self, case: Case) -> None:
+        marker = self.item.get_closest_marker("ptxbench")
+        resolved = settings.resolve_all(self.item.config, marker.kwargs if marker else None)
+        evaluation = self.harness.evaluate(case, resolved)
+        self.item.user_properties.append((PROPERTY, summary_row(evaluation.row(resolved["model"]))))
+        decision = evaluation.decision
+        if decision.outcome is Outcome.FAILED:
+            pytest.fail(decision.reason, pytrace=False)
+        if decision.outcome is Outcome.SKIPPED:
+            pytest.skip(decision.reason)
+
+
+@pytest.fixture
+def ptx_bench(request: pytest.FixtureRequest) -> Bench:
+    return Bench(request.config.stash[HARNESS], request.node)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    harness = config.stash[HARNESS]
+    s = harness.settings
+    devices = ", ".join(f"{d.index}: {d.name} ({d.arch}, driver {d.driver})" for d in harness.devices) or "none"
+    tools = ", ".join(f"{n} {t.version}" if t else f"{n} none" for n, t in harness.tools.items())
+    return [
+        f"ptxbench: model={s['model']} target={s['gpu']} shapes={s['shapes']} seed={s['seed']} out={harness.run.path}",
+        f"ptxbench devices: {devices}",
+        f"ptxbench tools: {tools}",
+    ]
+
+
+class Recorder:
+    """Collects each benchmark test's row from its report (on the xdist controller too) and prints
+    the table at the end."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call":
+            self.rows += [value for name, value in report.user_properties if name == PROPERTY]
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.rows:
+            terminalreporter.write_sep("=", "ptxbench")
+            for line in render(self.rows):
+                terminalreporter.write_line(line)

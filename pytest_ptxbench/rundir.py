@@ -1,0 +1,62 @@
+"""The run directory: environment, one JSON line per test, and every build's files."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+
+FORMAT = "ptxbench-run/1"
+
+
+def default_path(base: Path, model: str) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in model)
+    return base / "runs" / f"{stamp}-{safe}"
+
+
+def task_set_hash(files: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@dataclass
+class RunDirectory:
+    path: Path
+
+    def start(self, environment: dict[str, Any]) -> None:
+        """Create the folder and write `environment.json` (once; xdist workers share the folder)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        target = self.path / "environment.json"
+        if not target.exists():
+            record = {"format": FORMAT, "harness_version": __version__, "python": sys.version.split()[0],
+                      "platform": platform.platform(), "started": datetime.now(timezone.utc).isoformat(), **environment}
+            _write_atomic(target, json.dumps(record, indent=1, sort_keys=True))
+
+    def build_dir(self, group: str, digest: str) -> Path:
+        return self.path / "builds" / f"{group}-{digest}"
+
+    def append_result(self, row: dict[str, Any]) -> None:
+        """One line per test; a single O_APPEND write so lines of parallel workers never interleave."""
+        line = (json.dumps(row, sort_keys=True) + "\n").encode()
+        fd = os.open(self.path / "results.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text)
+    temporary.replace(path)

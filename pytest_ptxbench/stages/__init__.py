@@ -1,0 +1,1 @@
+"""The pipeline's stages, in order: build → inspect → check → profile → sanitize → time."""

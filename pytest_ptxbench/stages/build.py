@@ -1,0 +1,72 @@
+"""Stage *build*: nvcc compiles the candidate with the harness's own flags into a shared object.
+
+The task's launcher prototype is force-included, so a definition with another signature does not
+compile. The compiler log (with `ptxas -v`) is kept beside the library.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import process
+from ..candidate import Candidate
+from ..catalogue import Launcher
+from ..parsers import ptxas
+from ..targets import Target
+from ..toolchain import driver_library, find_tool
+from ..verdict import Status, Verdict
+
+CONTRACT_HEADER = """\
+// Written by pytest-ptxbench: the launcher the task declares, included before the candidate.
+#pragma once
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+{declaration}
+"""
+LOG_TAIL_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class Built:
+    library: Path
+    log: Path
+
+
+def flags(target: Target) -> list[str]:
+    """The harness's compiler flags; candidates do not choose their own."""
+    return [
+        target.gencode, "-O3", "-std=c++17", "-lineinfo", "-shared", "-Xcompiler", "-fPIC",
+        "-cudart", "shared", "--ptxas-options=-v",
+    ]
+
+
+def build(candidate: Candidate, launcher: Launcher, target: Target, workdir: Path, timeout: float) -> Verdict:
+    nvcc = find_tool("nvcc")
+    if nvcc is None:
+        return Verdict("build", Status.TOOL_UNAVAILABLE, "requires nvcc (CUDA_HOME, PATH or the nvidia-cuda-nvcc wheel), found none")
+    workdir.mkdir(parents=True, exist_ok=True)
+    source = workdir / "candidate.cu"
+    source.write_text(candidate.source)
+    header = workdir / "ptxbench_contract.h"
+    header.write_text(CONTRACT_HEADER.format(declaration=launcher.declaration()))
+    library = workdir / "candidate.so"
+    library.unlink(missing_ok=True)
+    driver = driver_library()
+    argv = [str(nvcc.path), *flags(target), "-include", str(header), "-o", str(library), str(source)]
+    if driver is not None:
+        argv += ["-Xlinker", str(driver)]
+    done = process.run(argv, timeout=timeout, cwd=workdir, env=nvcc.env())
+    log = workdir / "build.log"
+    log.write_text(f"$ {done.command}\n{done.stdout}{done.stderr}")
+    data = {
+        "log": str(log), "nvcc": nvcc.version, "flags": flags(target), "linked_driver": driver is not None,
+        "resources": ptxas.parse_resources(done.stderr), "warnings": ptxas.warnings(done.stderr),
+    }
+    if done.timed_out:
+        return Verdict("build", Status.FAILED, f"nvcc did not finish within {timeout:.0f} s", data, done.seconds)
+    if done.returncode != 0 or not library.is_file():
+        tail = done.stderr[-LOG_TAIL_CHARS:].strip() or done.stdout[-LOG_TAIL_CHARS:].strip()
+        return Verdict("build", Status.FAILED, f"nvcc exited {done.returncode}:\n{tail}", {**data, "log_tail": tail}, done.seconds)
+    return Verdict("build", Status.PASSED, f"built {library.name} for {target.arch}", {**data, "library": str(library)}, done.seconds)

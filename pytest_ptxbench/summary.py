@@ -1,0 +1,38 @@
+"""The terminal summary: one row per benchmark test, built from the reports' user properties so that
+it also works under xdist."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .verdict import STAGES
+
+PROPERTY = "ptxbench"
+_SHORT = {"passed": "ok", "failed": "FAIL", "skipped": "-", "tool-unavailable": "n/a"}
+
+
+def summary_row(evaluation_row: dict[str, Any]) -> dict[str, Any]:
+    """The builtin-typed part of a result that travels in `user_properties`."""
+    stages = {v["stage"]: v["status"] for v in evaluation_row["verdicts"]}
+    timing = next((v["data"] for v in evaluation_row["verdicts"] if v["stage"] == "time"), {})
+    return {
+        "id": evaluation_row["id"], "task": evaluation_row["task"], "target": evaluation_row["target"],
+        "shape": evaluation_row["id"].removeprefix(f"{evaluation_row['task']}-{evaluation_row['target']}-"),
+        "stages": stages, "outcome": evaluation_row["outcome"],
+        "latency_ms": timing.get("median_ms"), "speedup": timing.get("speedup"),
+    }
+
+
+def render(rows: list[dict[str, Any]]) -> list[str]:
+    header = ["task", "target", "shape", *STAGES, "latency", "speedup", "outcome"]
+    table = [header]
+    for row in sorted(rows, key=lambda r: r["id"]):
+        table.append([
+            row["task"], row["target"], row["shape"],
+            *(_SHORT.get(row["stages"].get(stage, "skipped"), "?") for stage in STAGES),
+            f"{row['latency_ms']:.3f} ms" if row["latency_ms"] is not None else "-",
+            f"{row['speedup']:.2f}x" if row["speedup"] is not None else "-",
+            row["outcome"],
+        ])
+    widths = [max(len(str(r[i])) for r in table) for i in range(len(header))]
+    return ["  ".join(str(cell).ljust(w) for cell, w in zip(r, widths)).rstrip() for r in table]
