@@ -23,7 +23,8 @@ class NoKernel:
 
 
 class Agent(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def kernel(self, task: Task, target: Target, trajectory: int) -> Candidate | NoKernel: ...
 
@@ -42,7 +43,9 @@ class FolderAgent:
         for path in paths:
             if path.is_file():
                 return Candidate.from_file(task.name, target.name, path)
-        return NoKernel(f"{self.name} has no kernel for {task.name} on {target.name} (looked for {', '.join(map(str, paths))})")
+        return NoKernel(
+            f"{self.name} has no kernel for {task.name} on {target.name} (looked for {', '.join(map(str, paths))})"
+        )
 
 
 def builtin_agent(spec: str, catalogue: Path) -> Agent | None:

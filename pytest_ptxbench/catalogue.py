@@ -183,8 +183,14 @@ class _Reader:
         if duplicate:
             raise self.fail("tasks", f"task {duplicate!r} is listed twice")
         shapes = self.get(raw, "shapes", Mapping, "")
-        visible = tuple(self.shape(s, shape_axes, f"shapes.visible[{i}]") for i, s in enumerate(self.get(shapes, "visible", list, "shapes")))
-        hidden = tuple(self.shape(s, shape_axes, f"shapes.hidden[{i}]") for i, s in enumerate(self.get(shapes, "hidden", list, "shapes")))
+        visible = tuple(
+            self.shape(s, shape_axes, f"shapes.visible[{i}]")
+            for i, s in enumerate(self.get(shapes, "visible", list, "shapes"))
+        )
+        hidden = tuple(
+            self.shape(s, shape_axes, f"shapes.hidden[{i}]")
+            for i, s in enumerate(self.get(shapes, "hidden", list, "shapes"))
+        )
         if not visible:
             raise self.fail("shapes.visible", "empty: the model needs at least one shape for feedback")
         duplicate = _first_duplicate(shape_id.format(**s) for s in visible + hidden)
@@ -216,7 +222,9 @@ class _Reader:
             workspace_bytes=self.formula(self.get(raw, "workspace_bytes", (str, int), ""), names, "workspace_bytes"),
             tolerances=self.tolerances(self.get(raw, "tolerances", Mapping, "")),
             matched_ratio=self.fraction(raw, "matched_ratio"),
-            distributions=tuple(self.distribution(d, f"inputs[{i}]") for i, d in enumerate(self.get(raw, "inputs", list, ""))),
+            distributions=tuple(
+                self.distribution(d, f"inputs[{i}]") for i, d in enumerate(self.get(raw, "inputs", list, ""))
+            ),
             sanitizer_shape=self.shape(self.get(raw, "sanitizer_shape", Mapping, ""), shape_axes, "sanitizer_shape"),
             opcodes={t: tuple(p) for t, p in opcodes.items()},
             not_run_on_hardware=frozenset(not_run),
@@ -236,7 +244,7 @@ class _Reader:
         return values
 
     def id_format(self, raw: Any, key: str, axes: tuple[str, ...]) -> str:
-        text = self.get(raw, key, str, "")
+        text: str = self.get(raw, key, str, "")
         used = set(re.findall(r"{(\w+)}", text))
         if used != set(axes):
             raise self.fail(key, f"{text!r} must name each of the axes {list(axes)} once")
@@ -280,18 +288,23 @@ class _Reader:
             dtype = self.get(entry, "dtype", str, where, default=None)
             if role in ("input", "output") and dtype not in DTYPES:
                 raise self.fail(f"{where}.dtype", f"{dtype!r} is not one of {', '.join(DTYPES)}")
-            shape = tuple(self.formula(d, names, f"{where}.shape[{j}]") for j, d in enumerate(self.get(entry, "shape", list, where, default=[])))
+            shape = tuple(
+                self.formula(d, names, f"{where}.shape[{j}]")
+                for j, d in enumerate(self.get(entry, "shape", list, where, default=[]))
+            )
             if role in ("input", "output") and not shape:
                 raise self.fail(f"{where}.shape", "inputs and outputs need a shape")
             value = entry.get("value")
-            params.append(Param(
-                name=self.get(entry, "name", str, where),
-                ctype=self.get(entry, "type", str, where),
-                role=role,
-                dtype=dtype,
-                shape=shape,
-                value=self.formula(value, names, f"{where}.value") if role == "scalar" else None,
-            ))
+            params.append(
+                Param(
+                    name=self.get(entry, "name", str, where),
+                    ctype=self.get(entry, "type", str, where),
+                    role=role,
+                    dtype=dtype,
+                    shape=shape,
+                    value=self.formula(value, names, f"{where}.value") if role == "scalar" else None,
+                )
+            )
         duplicate = _first_duplicate(p.name for p in params)
         if duplicate:
             raise self.fail("launcher.params", f"parameter {duplicate!r} is declared twice")
@@ -301,7 +314,7 @@ class _Reader:
         return Launcher(name, self.get(raw, "returns", str, "launcher"), tuple(params))
 
     def callable_path(self, raw: Any, key: str, where: str) -> str:
-        text = self.get(raw, key, str, where)
+        text: str = self.get(raw, key, str, where)
         if not _CALLABLE.match(text):
             raise self.fail(f"{where}.{key}" if where else key, f"expected 'module:function', got {text!r}")
         return text
@@ -335,7 +348,9 @@ class _Reader:
         params = {k: float(self.get(raw, k, (int, float), where)) for k in raw if k != "name"}
         unknown = set(params) - DISTRIBUTIONS[name]
         if unknown:
-            raise self.fail(f"{where}.{sorted(unknown)[0]}", f"not a parameter of {name!r} (known: {sorted(DISTRIBUTIONS[name])})")
+            raise self.fail(
+                f"{where}.{sorted(unknown)[0]}", f"not a parameter of {name!r} (known: {sorted(DISTRIBUTIONS[name])})"
+            )
         return Distribution(name, params)
 
 
@@ -344,7 +359,14 @@ def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
-    words = {str: "a string", int: "an integer", float: "a number", list: "a list", Mapping: "a mapping", bool: "true/false"}
+    words = {
+        str: "a string",
+        int: "an integer",
+        float: "a number",
+        list: "a list",
+        Mapping: "a mapping",
+        bool: "true/false",
+    }
     return " or ".join(words.get(k, k.__name__) for k in _as_tuple(kind))
 
 

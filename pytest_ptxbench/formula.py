@@ -45,8 +45,22 @@ class Formula:
 
 
 _ALLOWED_NODES = (
-    ast.Expression, ast.BinOp, ast.UnaryOp, ast.USub, ast.IfExp, ast.Compare, ast.Name, ast.Load,
-    ast.Constant, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, *_BINARY,
+    ast.Expression,
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.USub,
+    ast.IfExp,
+    ast.Compare,
+    ast.Name,
+    ast.Load,
+    ast.Constant,
+    ast.Eq,
+    ast.NotEq,
+    ast.Lt,
+    ast.LtE,
+    ast.Gt,
+    ast.GtE,
+    *_BINARY,
 )
 
 
@@ -69,6 +83,10 @@ def _evaluate(node: ast.expr, values: Mapping[str, float | str]) -> float:
 
 
 _COMPARE: dict[type[ast.cmpop], Callable[[float, float], bool]] = {
-    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
-    ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
 }

@@ -67,8 +67,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _marks(case: Case) -> list[pytest.MarkDecorator]:
-    marks = [getattr(pytest.mark, case.family.name), getattr(pytest.mark, case.target.name),
-             pytest.mark.gpu, pytest.mark.xdist_group(case.group)]
+    marks = [
+        getattr(pytest.mark, case.family.name),
+        getattr(pytest.mark, case.target.name),
+        pytest.mark.gpu,
+        pytest.mark.xdist_group(case.group),
+    ]
     if case.shape.hidden:
         marks.append(pytest.mark.hidden)
     if case.slow:
@@ -120,7 +124,9 @@ class Recorder:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "call":
-            self.rows += [value for name, value in report.user_properties if name == PROPERTY]
+            self.rows += [
+                value for name, value in report.user_properties if name == PROPERTY and isinstance(value, dict)
+            ]
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.rows:

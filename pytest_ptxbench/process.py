@@ -28,12 +28,19 @@ class Completed:
         return " ".join(self.argv)
 
 
-def run(argv: Sequence[str], timeout: float, cwd: Path | None = None, env: Mapping[str, str] | None = None) -> Completed:
+def run(
+    argv: Sequence[str], timeout: float, cwd: Path | None = None, env: Mapping[str, str] | None = None
+) -> Completed:
     """Run `argv` in its own process group; at `timeout` the group is killed and returncode is None."""
     start = time.monotonic()
     proc = subprocess.Popen(
-        list(argv), cwd=cwd, env=dict(env) if env is not None else None, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        list(argv),
+        cwd=cwd,
+        env=dict(env) if env is not None else None,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
     )
     try:
         stdout, stderr = proc.communicate(timeout=timeout)

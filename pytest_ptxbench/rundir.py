@@ -19,7 +19,9 @@ FORMAT = "ptxbench-run/1"
 
 def default_path(base: Path, model: str) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in model)
+    kind, _, rest = model.partition(":")
+    label = f"{kind}-{Path(rest).name}" if rest else kind  # file:/a/b/mine → file-mine
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
     return base / "runs" / f"{stamp}-{safe}"
 
 
@@ -39,8 +41,14 @@ class RunDirectory:
         self.path.mkdir(parents=True, exist_ok=True)
         target = self.path / "environment.json"
         if not target.exists():
-            record = {"format": FORMAT, "harness_version": __version__, "python": sys.version.split()[0],
-                      "platform": platform.platform(), "started": datetime.now(timezone.utc).isoformat(), **environment}
+            record = {
+                "format": FORMAT,
+                "harness_version": __version__,
+                "python": sys.version.split()[0],
+                "platform": platform.platform(),
+                "started": datetime.now(timezone.utc).isoformat(),
+                **environment,
+            }
             _write_atomic(target, json.dumps(record, indent=1, sort_keys=True))
 
     def build_dir(self, group: str, digest: str) -> Path:

@@ -41,10 +41,17 @@ class Evaluation:
 
     def row(self, model: str) -> dict[str, Any]:
         return {
-            "id": self.case.id, "family": self.case.family.name, "task": self.case.task.name,
-            "target": self.case.target.name, "shape": dict(self.case.shape.values), "hidden": self.case.shape.hidden,
-            "trajectory": self.case.trajectory, "model": model, "outcome": self.decision.outcome.value,
-            "reason": self.decision.reason, "device": self.device.name if self.device else None,
+            "id": self.case.id,
+            "family": self.case.family.name,
+            "task": self.case.task.name,
+            "target": self.case.target.name,
+            "shape": dict(self.case.shape.values),
+            "hidden": self.case.shape.hidden,
+            "trajectory": self.case.trajectory,
+            "model": model,
+            "outcome": self.decision.outcome.value,
+            "reason": self.decision.reason,
+            "device": self.device.name if self.device else None,
             "candidate": {"origin": self.candidate.origin, "sha256": self.candidate.digest} if self.candidate else None,
             "verdicts": [v.to_json() for v in self.verdicts],
         }
@@ -55,7 +62,9 @@ class Harness:
         self.config = config
         self.settings = resolve_all(config)
         out = self.settings["out"]
-        self.run = RunDirectory(Path(out) if out else default_path(config.invocation_params.dir, self.settings["model"]))
+        self.run = RunDirectory(
+            Path(out) if out else default_path(config.invocation_params.dir, self.settings["model"])
+        )
         self._catalogues: dict[Path, list[Family]] = {}
         self._agents: dict[Path, Agent] = {}
         self._kernels: dict[tuple[str, str, int], Candidate | NoKernel] = {}
@@ -80,11 +89,15 @@ class Harness:
         return self._catalogues[directory]
 
     def cases(self, directory: Path) -> list[Case]:
+        """The cases of the catalogue in `directory`; a bad task file or model stops collection."""
         try:
             families = self.catalogue(directory)
         except TaskFileError as exc:
-            raise pytest.UsageError(f"bad task file: {exc}") from None
-        return make_cases(families, select_targets(self.settings["gpu"]), self.settings["shapes"], self.settings["trajectories"])
+            raise pytest.Collector.CollectError(f"bad task file: {exc}") from None
+        self.agent(directory)
+        return make_cases(
+            families, select_targets(self.settings["gpu"]), self.settings["shapes"], self.settings["trajectories"]
+        )
 
     def agent(self, directory: Path) -> Agent:
         if directory not in self._agents:
@@ -92,9 +105,11 @@ class Harness:
             try:
                 made = self.config.hook.pytest_ptxbench_make_agent(spec=spec, catalogue=directory, config=self.config)
             except ValueError as exc:
-                raise pytest.UsageError(str(exc)) from None
+                raise pytest.Collector.CollectError(str(exc)) from None
             if made is None:
-                raise pytest.UsageError(f"--ptx-model={spec}: unknown model (known here: reference, file:<dir>)")
+                raise pytest.Collector.CollectError(
+                    f"--ptx-model={spec}: unknown model (known here: reference, file:<dir>)"
+                )
             self._agents[directory] = made
         return self._agents[directory]
 
@@ -127,7 +142,9 @@ class Harness:
             verdicts = [built]
             if built.passed:
                 required = case.family.opcodes.get(case.target.name, ())
-                verdicts.append(inspect(Path(built.data["library"]), case.target, required, case.family.launcher.name, timeout=120))
+                verdicts.append(
+                    inspect(Path(built.data["library"]), case.target, required, case.family.launcher.name, timeout=120)
+                )
             self._static[built_key] = verdicts
         return candidate, self._static[built_key]
 
@@ -139,7 +156,9 @@ class Harness:
             if self.settings["model"] == "reference" and case.target.name in case.family.not_run_on_hardware:
                 message += f"; the {case.target.name} reference kernel is not run on hardware"
         else:
-            message = f"the GPU stages are not part of pytest-ptxbench {__version__} yet (device {device.name} is present)"
+            message = (
+                f"the GPU stages are not part of pytest-ptxbench {__version__} yet (device {device.name} is present)"
+            )
         return [Verdict(stage, Status.SKIPPED, message) for stage in GPU_STAGES]
 
     def _start(self) -> None:
@@ -147,10 +166,12 @@ class Harness:
             return
         self._started = True
         families = [f for families in self._catalogues.values() for f in families]
-        self.run.start({
-            "settings": self.settings,
-            "task_set": task_set_hash([f.file for f in families]),
-            "tools": {n: {"path": str(t.path), "version": t.version} if t else None for n, t in self.tools.items()},
-            "devices": [vars(d) for d in self.devices],
-            "worker": os.environ.get("PYTEST_XDIST_WORKER"),
-        })
+        self.run.start(
+            {
+                "settings": self.settings,
+                "task_set": task_set_hash([f.file for f in families]),
+                "tools": {n: {"path": str(t.path), "version": t.version} if t else None for n, t in self.tools.items()},
+                "devices": [vars(d) for d in self.devices],
+                "worker": os.environ.get("PYTEST_XDIST_WORKER"),
+            }
+        )

@@ -69,13 +69,17 @@ class Option:
 
 OPTIONS = (
     Option("model", str, "reference", "the agent: reference, file:<dir>"),
-    Option("gpu", _choice(*TARGETS, "all"), "h100", "target: h100 (any compute capability 9.0 device), b200 (10.0) or all"),
+    Option(
+        "gpu", _choice(*TARGETS, "all"), "h100", "target: h100 (any compute capability 9.0 device), b200 (10.0) or all"
+    ),
     Option("turns", _positive_int, 8, "model calls per trajectory"),
     Option("runs", _positive_int, 50, "timed runs per shape"),
     Option("warmup", _non_negative_int, 10, "warm-up runs before timing"),
     Option("trajectories", _positive_int, 1, "independent trajectories per task"),
     Option("shapes", _choice("visible", "hidden", "all"), "all", "which shapes become tests: visible, hidden or all"),
-    Option("shapes_file", str, None, "a YAML file whose hidden shapes replace the catalogue's ({family: [shape, ...]})"),
+    Option(
+        "shapes_file", str, None, "a YAML file whose hidden shapes replace the catalogue's ({family: [shape, ...]})"
+    ),
     Option("seed", _non_negative_int, 0, "seed of every generated input"),
     Option("out", str, None, "run directory (default: runs/<UTC time>-<model>)"),
     Option("require_gpu", _flag, False, "fail, rather than skip, tests whose GPU stages cannot run", flag=True),
@@ -119,5 +123,7 @@ def resolve(config: pytest.Config, name: str, marker: Mapping[str, Any] | None =
 def resolve_all(config: pytest.Config, marker: Mapping[str, Any] | None = None) -> dict[str, Any]:
     unknown = set(marker or {}) - set(BY_NAME)
     if unknown:
-        raise pytest.UsageError(f"@pytest.mark.ptxbench: unknown setting {sorted(unknown)[0]!r} (known: {', '.join(BY_NAME)})")
+        raise pytest.UsageError(
+            f"@pytest.mark.ptxbench: unknown setting {sorted(unknown)[0]!r} (known: {', '.join(BY_NAME)})"
+        )
     return {name: resolve(config, name, marker) for name in BY_NAME}

@@ -14,12 +14,16 @@ _SHORT = {"passed": "ok", "failed": "FAIL", "skipped": "-", "tool-unavailable": 
 def summary_row(evaluation_row: dict[str, Any]) -> dict[str, Any]:
     """The builtin-typed part of a result that travels in `user_properties`."""
     stages = {v["stage"]: v["status"] for v in evaluation_row["verdicts"]}
-    timing = next((v["data"] for v in evaluation_row["verdicts"] if v["stage"] == "time"), {})
+    timing: dict[str, Any] = next((v["data"] for v in evaluation_row["verdicts"] if v["stage"] == "time"), {})
     return {
-        "id": evaluation_row["id"], "task": evaluation_row["task"], "target": evaluation_row["target"],
+        "id": evaluation_row["id"],
+        "task": evaluation_row["task"],
+        "target": evaluation_row["target"],
         "shape": evaluation_row["id"].removeprefix(f"{evaluation_row['task']}-{evaluation_row['target']}-"),
-        "stages": stages, "outcome": evaluation_row["outcome"],
-        "latency_ms": timing.get("median_ms"), "speedup": timing.get("speedup"),
+        "stages": stages,
+        "outcome": evaluation_row["outcome"],
+        "latency_ms": timing.get("median_ms"),
+        "speedup": timing.get("speedup"),
     }
 
 
@@ -27,12 +31,16 @@ def render(rows: list[dict[str, Any]]) -> list[str]:
     header = ["task", "target", "shape", *STAGES, "latency", "speedup", "outcome"]
     table = [header]
     for row in sorted(rows, key=lambda r: r["id"]):
-        table.append([
-            row["task"], row["target"], row["shape"],
-            *(_SHORT.get(row["stages"].get(stage, "skipped"), "?") for stage in STAGES),
-            f"{row['latency_ms']:.3f} ms" if row["latency_ms"] is not None else "-",
-            f"{row['speedup']:.2f}x" if row["speedup"] is not None else "-",
-            row["outcome"],
-        ])
+        table.append(
+            [
+                row["task"],
+                row["target"],
+                row["shape"],
+                *(_SHORT.get(row["stages"].get(stage, "skipped"), "?") for stage in STAGES),
+                f"{row['latency_ms']:.3f} ms" if row["latency_ms"] is not None else "-",
+                f"{row['speedup']:.2f}x" if row["speedup"] is not None else "-",
+                row["outcome"],
+            ]
+        )
     widths = [max(len(str(r[i])) for r in table) for i in range(len(header))]
-    return ["  ".join(str(cell).ljust(w) for cell, w in zip(r, widths)).rstrip() for r in table]
+    return ["  ".join(str(cell).ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in table]

@@ -1,4 +1,5 @@
-"""Finding the CUDA tools, one by one: `$CUDA_HOME/bin`, then `PATH`, then NVIDIA's PyPI wheels."""
+"""Finding the CUDA tools, one by one: `$CUDA_HOME/bin`, then `PATH`, then NVIDIA's PyPI wheels, then
+the toolkit's usual home `/usr/local/cuda`."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ _WHEEL_BIN_DIRS = ("nvidia/cu13/bin", "nvidia/cuda_nvcc/bin", "nvidia/cuda_cuobj
 class Tool:
     name: str
     path: Path
-    origin: str  # "CUDA_HOME", "PATH" or "wheel"
+    origin: str  # "CUDA_HOME", "PATH", "wheel" or "default"
 
     @functools.cached_property
     def version(self) -> str:
@@ -38,7 +39,8 @@ class Tool:
 
 
 def find_tool(name: str) -> Tool | None:
-    """The first `name` found under `$CUDA_HOME/bin`, on `PATH`, or in an installed NVIDIA wheel."""
+    """The first `name` found under `$CUDA_HOME/bin`, on `PATH`, in an installed NVIDIA wheel, or in
+    `/usr/local/cuda/bin`."""
     cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     if cuda_home and _is_exe(Path(cuda_home, "bin", name)):
         return Tool(name, Path(cuda_home, "bin", name), "CUDA_HOME")
@@ -50,7 +52,8 @@ def find_tool(name: str) -> Tool | None:
             candidate = Path(entry or ".", sub, name)
             if _is_exe(candidate):
                 return Tool(name, candidate, "wheel")
-    return None
+    default = Path("/usr/local/cuda/bin", name)
+    return Tool(name, default, "default") if _is_exe(default) else None
 
 
 def _is_exe(path: Path) -> bool:

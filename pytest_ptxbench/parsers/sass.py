@@ -55,7 +55,7 @@ def matches(pattern: str, mnemonic: str) -> bool:
     are allowed. `HGMMA.*.F32.BF16` matches `HGMMA.64x256x16.F32.BF16`, not `HGMMA.64x256x16.F32`;
     `UTMALDG` matches `UTMALDG.2D`."""
     want, have = pattern.split("."), mnemonic.split(".")
-    return len(have) >= len(want) and all(fnmatchcase(h, w) for w, h in zip(want, have))
+    return len(have) >= len(want) and all(fnmatchcase(h, w) for w, h in zip(want, have, strict=False))
 
 
 def holders(pattern: str, kernels: dict[str, Kernel]) -> dict[str, list[str]]:

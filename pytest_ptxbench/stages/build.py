@@ -37,15 +37,27 @@ class Built:
 def flags(target: Target) -> list[str]:
     """The harness's compiler flags; candidates do not choose their own."""
     return [
-        target.gencode, "-O3", "-std=c++17", "-lineinfo", "-shared", "-Xcompiler", "-fPIC",
-        "-cudart", "shared", "--ptxas-options=-v",
+        target.gencode,
+        "-O3",
+        "-std=c++17",
+        "-lineinfo",
+        "-shared",
+        "-Xcompiler",
+        "-fPIC",
+        "-cudart",
+        "shared",
+        "--ptxas-options=-v",
     ]
 
 
 def build(candidate: Candidate, launcher: Launcher, target: Target, workdir: Path, timeout: float) -> Verdict:
     nvcc = find_tool("nvcc")
     if nvcc is None:
-        return Verdict("build", Status.TOOL_UNAVAILABLE, "requires nvcc (CUDA_HOME, PATH or the nvidia-cuda-nvcc wheel), found none")
+        return Verdict(
+            "build",
+            Status.TOOL_UNAVAILABLE,
+            "requires nvcc (CUDA_HOME, PATH or the nvidia-cuda-nvcc wheel), found none",
+        )
     workdir.mkdir(parents=True, exist_ok=True)
     source = workdir / "candidate.cu"
     source.write_text(candidate.source)
@@ -54,19 +66,32 @@ def build(candidate: Candidate, launcher: Launcher, target: Target, workdir: Pat
     library = workdir / "candidate.so"
     library.unlink(missing_ok=True)
     driver = driver_library()
-    argv = [str(nvcc.path), *flags(target), "-include", str(header), "-o", str(library), str(source)]
+    # Relative names: compiler messages then read `candidate.cu(6): error: ...`.
+    argv = [str(nvcc.path), *flags(target), "-include", header.name, "-o", library.name, source.name]
     if driver is not None:
         argv += ["-Xlinker", str(driver)]
     done = process.run(argv, timeout=timeout, cwd=workdir, env=nvcc.env())
     log = workdir / "build.log"
     log.write_text(f"$ {done.command}\n{done.stdout}{done.stderr}")
     data = {
-        "log": str(log), "nvcc": nvcc.version, "flags": flags(target), "linked_driver": driver is not None,
-        "resources": ptxas.parse_resources(done.stderr), "warnings": ptxas.warnings(done.stderr),
+        "log": str(log),
+        "nvcc": nvcc.version,
+        "flags": flags(target),
+        "linked_driver": driver is not None,
+        "resources": ptxas.parse_resources(done.stderr),
+        "warnings": ptxas.warnings(done.stderr),
     }
     if done.timed_out:
         return Verdict("build", Status.FAILED, f"nvcc did not finish within {timeout:.0f} s", data, done.seconds)
     if done.returncode != 0 or not library.is_file():
         tail = done.stderr[-LOG_TAIL_CHARS:].strip() or done.stdout[-LOG_TAIL_CHARS:].strip()
-        return Verdict("build", Status.FAILED, f"nvcc exited {done.returncode}:\n{tail}", {**data, "log_tail": tail}, done.seconds)
-    return Verdict("build", Status.PASSED, f"built {library.name} for {target.arch}", {**data, "library": str(library)}, done.seconds)
+        return Verdict(
+            "build", Status.FAILED, f"nvcc exited {done.returncode}:\n{tail}", {**data, "log_tail": tail}, done.seconds
+        )
+    return Verdict(
+        "build",
+        Status.PASSED,
+        f"built {library.name} for {target.arch}",
+        {**data, "library": str(library)},
+        done.seconds,
+    )

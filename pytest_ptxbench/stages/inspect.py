@@ -20,7 +20,11 @@ from ..verdict import Status, Verdict
 def inspect(library: Path, target: Target, required: tuple[str, ...], launcher: str, timeout: float) -> Verdict:
     cuobjdump, host_objdump = find_tool("cuobjdump"), find_tool("objdump")
     if cuobjdump is None:
-        return Verdict("inspect", Status.TOOL_UNAVAILABLE, "requires cuobjdump (CUDA_HOME, PATH or the nvidia-cuda-cuobjdump wheel), found none")
+        return Verdict(
+            "inspect",
+            Status.TOOL_UNAVAILABLE,
+            "requires cuobjdump (CUDA_HOME, PATH or the nvidia-cuda-cuobjdump wheel), found none",
+        )
     if host_objdump is None:
         return Verdict("inspect", Status.TOOL_UNAVAILABLE, "requires binutils' objdump on PATH, found none")
     runs = {
@@ -32,10 +36,14 @@ def inspect(library: Path, target: Target, required: tuple[str, ...], launcher: 
     for what, done in runs.items():
         if done.returncode != 0:
             state = "timed out" if done.timed_out else f"exited {done.returncode}"
-            return Verdict("inspect", Status.TOOL_UNAVAILABLE, f"{done.argv[0]} ({what}) {state}: {done.stderr.strip()[-500:]}")
+            return Verdict(
+                "inspect", Status.TOOL_UNAVAILABLE, f"{done.argv[0]} ({what}) {state}: {done.stderr.strip()[-500:]}"
+            )
     (library.parent / "sass.txt").write_text(runs["sass"].stdout)
     kernels = {n: k for n, k in sass.parse_sass(runs["sass"].stdout).items() if k.arch == target.arch}
-    (library.parent / "inventory.json").write_text(json.dumps({n: dict(k.opcodes) for n, k in kernels.items()}, indent=1, sort_keys=True))
+    (library.parent / "inventory.json").write_text(
+        json.dumps({n: dict(k.opcodes) for n, k in kernels.items()}, indent=1, sort_keys=True)
+    )
     seconds = sum(done.seconds for done in runs.values())
 
     problems: list[str] = []
@@ -54,13 +62,16 @@ def inspect(library: Path, target: Target, required: tuple[str, ...], launcher: 
     if imports:
         problems.append(f"host code imports symbols outside the allow-list: {', '.join(imports)}")
     if not any(s.name == launcher and not s.undefined and s.function for s in symbols):
-        problems.append(f"launcher {launcher} is not defined (it must be an extern \"C\" function)")
+        problems.append(f'launcher {launcher} is not defined (it must be an extern "C" function)')
     libraries = allowlist.forbidden_libraries(objdump.parse_needed(runs["headers"].stdout))
     if libraries:
         problems.append(f"links libraries outside the allow-list: {', '.join(libraries)}")
     raw = objdump.find_instructions(runs["host_code"].stdout, set(allowlist.FORBIDDEN_HOST_INSTRUCTIONS))
     if raw:
-        problems.append("raw system-call instructions in host code: " + ", ".join(sorted({f"{i.mnemonic} in {i.function}" for i in raw})))
+        problems.append(
+            "raw system-call instructions in host code: "
+            + ", ".join(sorted({f"{i.mnemonic} in {i.function}" for i in raw}))
+        )
 
     names = _demangle(sorted(kernels), timeout)
     found = {p: {names[k]: m for k, m in holders.items()} for p, holders in found.items()}
@@ -88,7 +99,7 @@ def _demangle(mangled: list[str], timeout: float) -> dict[str, str]:
     if done.returncode != 0 or len(lines) != len(mangled):
         return {m: m for m in mangled}
     readable = (line.replace("(anonymous namespace)::", "").removeprefix("void ").split("(")[0] for line in lines)
-    return dict(zip(mangled, readable))
+    return dict(zip(mangled, readable, strict=True))
 
 
 def _near_misses(pattern: str, kernels: dict[str, sass.Kernel]) -> str:

@@ -1,0 +1,71 @@
+"""Shared fixtures: the repository's task catalogue, the real CUDA toolchain, pytester projects."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pytest_ptxbench.candidate import Candidate
+from pytest_ptxbench.catalogue import Family, load_family
+from pytest_ptxbench.stages.build import build
+from pytest_ptxbench.stages.inspect import inspect
+from pytest_ptxbench.targets import TARGETS, Target
+from pytest_ptxbench.toolchain import find_tool
+from pytest_ptxbench.verdict import Verdict
+
+ROOT = Path(__file__).resolve().parent.parent
+TASKS = ROOT / "tasks"
+KERNELS = Path(__file__).resolve().parent / "kernels"
+DATA = Path(__file__).resolve().parent / "data"
+# Plain sm_90 (no `a` features): wgmma does not exist there.
+PLAIN_SM90 = Target("sm90", "sm_90", (9, 0), "plain sm_90")
+
+
+@pytest.fixture(scope="session")
+def gemm() -> Family:
+    return load_family(TASKS / "gemm.yaml")
+
+
+@pytest.fixture(scope="session")
+def toolchain() -> None:
+    """The real compiler and disassembler; the README's test command installs them from wheels."""
+    missing = [name for name in ("nvcc", "cuobjdump", "nvdisasm") if find_tool(name) is None]
+    assert not missing, f"the CUDA toolchain is incomplete, missing {missing}: pip install -e '.[toolchain]'"
+
+
+BuildAndInspect = Callable[..., tuple[Verdict, Verdict | None]]
+
+
+@pytest.fixture
+def build_and_inspect(toolchain: None, gemm: Family, tmp_path: Path) -> BuildAndInspect:
+    """Build a kernel (a file of tests/kernels or the reference tree) for a target, then inspect it
+    against `required` (default: the gemm family's opcodes for that target)."""
+
+    def run(
+        path: Path, target: Target | str = "h100", required: tuple[str, ...] | None = None, timeout: float = 300
+    ) -> tuple[Verdict, Verdict | None]:
+        target = TARGETS[target] if isinstance(target, str) else target
+        candidate = Candidate.from_file("gemm-n7168-k5120", target.name, path)
+        built = build(candidate, gemm.launcher, target, tmp_path / target.name, timeout)
+        if not built.passed:
+            return built, None
+        wanted = gemm.opcodes.get(target.name, ()) if required is None else required
+        return built, inspect(Path(built.data["library"]), target, wanted, gemm.launcher.name, timeout=120)
+
+    return run
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """A pytester folder that loads the plugin as a checkout does, with the task catalogue copied in."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    for name in [n for n in os.environ if n.startswith("PTXBENCH_")]:
+        monkeypatch.delenv(name)
+    shutil.copy(ROOT / "conftest.py", pytester.path / "conftest.py")
+    shutil.copytree(TASKS, pytester.path / "tasks")
+    pytester.makeini("[pytest]\naddopts = --strict-markers\n")
+    return pytester

@@ -1,0 +1,171 @@
+"""The task catalogue: the repository's files load; a malformed file names file, field and value."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pytest_ptxbench.catalogue import TaskFileError, load_catalogue, load_family, replace_hidden
+from pytest_ptxbench.formula import Formula, FormulaError
+
+from .conftest import TASKS
+
+GEMM_PAIRS = {
+    (128, 2048),
+    (2048, 4096),
+    (2048, 5376),
+    (4096, 5376),
+    (5376, 4096),
+    (21504, 5376),
+    (5376, 21504),
+    (256, 7168),
+    (28672, 4096),
+    (34816, 5120),
+    (4096, 14336),
+    (4096, 4096),
+    (5120, 17408),
+    (5120, 5120),
+    (6144, 4096),
+    (7168, 5120),
+    (5120, 2048),
+}
+
+
+def test_repository_catalogue() -> None:
+    families = {f.name: f for f in load_catalogue(TASKS)}
+    assert list(families) == ["attention_bwd", "attention_fwd", "gemm"]
+    gemm = families["gemm"]
+    assert {(t.axes["N"], t.axes["K"]) for t in gemm.tasks} == GEMM_PAIRS
+    assert [s.id for s in gemm.shapes("visible")] == ["m8192", "m972"]
+    assert {"m70", "m952"} <= {s.id for s in gemm.shapes("hidden")}
+    assert all(s.hidden for s in gemm.shapes("hidden"))
+    assert gemm.opcodes == {"h100": ("HGMMA.*.F32.BF16", "UTMALDG"), "b200": ("UTCHMMA", "UTMALDG")}
+    assert [t.name for t in families["attention_fwd"].tasks][:2] == [
+        "attention_fwd-d64-full",
+        "attention_fwd-d64-causal",
+    ]
+    assert len(families["attention_fwd"].tasks) == 8 and len(families["attention_bwd"].tasks) == 6
+    assert "S: 1000" in str([dict(s) for s in families["attention_fwd"].hidden]).replace("'", "")
+
+
+def test_formulas_of_the_catalogue() -> None:
+    families = {f.name: f for f in load_catalogue(TASKS)}
+    gemm = families["gemm"]
+    assert gemm.flops({"M": 8192, "N": 7168, "K": 5120}) == 2 * 8192 * 7168 * 5120
+    fwd = families["attention_fwd"]
+    full = {"B": 4, "H": 48, "S": 4096, "D": 128, "mask": "full"}
+    assert fwd.flops(full) == 4 * 4 * 48 * 4096 * 4096 * 128
+    assert fwd.flops({**full, "mask": "causal"}) == fwd.flops(full) / 2
+    scale = next(p for p in fwd.launcher.params if p.name == "scale")
+    assert scale.value is not None and scale.value(full) == pytest.approx(128**-0.5)
+
+
+def test_launcher_declaration() -> None:
+    gemm = load_family(TASKS / "gemm.yaml")
+    assert gemm.launcher.declaration() == (
+        'extern "C" cudaError_t ptxbench_gemm(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, '
+        "int M, int N, int K, void* workspace, size_t workspace_bytes, cudaStream_t stream);"
+    )
+
+
+def _gemm() -> dict[str, Any]:
+    return yaml.safe_load((TASKS / "gemm.yaml").read_text())
+
+
+def _set(data: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    data = copy.deepcopy(data)
+    *parents, last = path.split(".")
+    node: Any = data
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    if value is _DELETE:
+        del node[last]
+    elif isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return data
+
+
+_DELETE = object()
+BROKEN = [
+    ("flops", _DELETE, "flops: missing"),
+    ("family", 7, "family: expected a string, got 7"),
+    ("tasks.3.N", -5, "tasks[3].N: must be positive, got -5"),
+    ("tasks.0", {"N": 128, "K": 2048, "Q": 1}, "tasks[0]: unknown axis 'Q'"),
+    ("tasks.1", {"N": 128, "K": 2048}, "tasks: task 'gemm-n128-k2048' is listed twice"),
+    ("shapes.hidden.0.M", "seventy-", "shapes.hidden[0].M: not a word: 'seventy-'"),
+    ("shapes.visible", [], "shapes.visible: empty"),
+    ("flops", "2 * M * N * X", "flops: unknown name 'X'"),
+    ("bytes", "__import__('os')", "bytes: Call is not allowed"),
+    ("opcodes.h200", ["HGMMA"], "opcodes.h200: unknown target"),
+    ("opcodes.h100", [], "opcodes.h100: expected a non-empty list of opcode patterns, got []"),
+    ("launcher.params.2.dtype", "int4", "launcher.params[2].dtype: 'int4' is not one of bf16, fp16, fp32"),
+    ("launcher.params.2.role", "result", "launcher.params[2].role: 'result' is not one of"),
+    (
+        "launcher.params.8",
+        {"name": "s", "type": "int", "role": "scalar", "value": "M"},
+        "no parameter has role 'stream'",
+    ),
+    ("launcher.name", "gemm kernel", "launcher.name: not a C identifier: 'gemm kernel'"),
+    ("tolerances.int8", {"atol": 0, "rtol": 0}, "tolerances.int8: unknown dtype"),
+    ("tolerances.bf16.atol", -1, "tolerances.bf16.atol: must not be negative, got -1"),
+    ("matched_ratio", 1.5, "matched_ratio: must be in (0, 1], got 1.5"),
+    ("inputs.0.name", "cauchy", "inputs[0].name: 'cauchy' is not one of normal, uniform, spiky"),
+    ("inputs.1.mean", 0, "inputs[1].mean: not a parameter of 'uniform'"),
+    ("reference", "references.gemm", "reference: expected 'module:function', got 'references.gemm'"),
+    ("task_id", "n{N}", "task_id: 'n{N}' must name each of the axes ['N', 'K'] once"),
+    ("not_run_on_hardware", ["a100"], "not_run_on_hardware: unknown target 'a100'"),
+    ("sanitizer_shape", {"N": 3}, "sanitizer_shape: unknown axis 'N'"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "message"), BROKEN, ids=[b[0] for b in BROKEN])
+def test_malformed_task_file_names_file_field_and_value(tmp_path: Path, path: str, value: Any, message: str) -> None:
+    target = tmp_path / "gemm.yaml"
+    target.write_text(yaml.safe_dump(_set(_gemm(), path, value)))
+    with pytest.raises(TaskFileError) as caught:
+        load_family(target)
+    assert str(caught.value).startswith(f"{target}: ")
+    assert message in str(caught.value)
+
+
+def test_invalid_yaml(tmp_path: Path) -> None:
+    target = tmp_path / "gemm.yaml"
+    target.write_text("family: gemm\ntasks: [\n")
+    with pytest.raises(TaskFileError, match=r"gemm\.yaml: not valid YAML"):
+        load_family(target)
+
+
+def test_a_family_defined_twice(tmp_path: Path) -> None:
+    for name in ("a.yaml", "b.yaml"):
+        (tmp_path / name).write_text((TASKS / "gemm.yaml").read_text())
+    with pytest.raises(TaskFileError, match=r"b\.yaml: family: 'gemm' is also defined in .*a\.yaml"):
+        load_catalogue(tmp_path)
+
+
+def test_hidden_shapes_from_a_file_given_at_run_time(tmp_path: Path) -> None:
+    shapes = tmp_path / "shapes.yaml"
+    shapes.write_text("gemm: [{M: 77}, {M: 4097}]\n")
+    families = replace_hidden(load_catalogue(TASKS), shapes)
+    gemm = next(f for f in families if f.name == "gemm")
+    assert [s.id for s in gemm.shapes("hidden")] == ["m77", "m4097"]
+    assert [s.id for s in gemm.shapes("visible")] == ["m8192", "m972"]
+    shapes.write_text("gemm: [{M: 0}]\n")
+    with pytest.raises(TaskFileError, match=r"shapes\.yaml: gemm\[0\]\.M: must be positive, got 0"):
+        replace_hidden(load_catalogue(TASKS), shapes)
+    shapes.write_text("gemv: [{M: 1}]\n")
+    with pytest.raises(TaskFileError, match=r"shapes\.yaml: gemv: unknown family"):
+        replace_hidden(load_catalogue(TASKS), shapes)
+
+
+def test_formula_rejects_code() -> None:
+    with pytest.raises(FormulaError):
+        Formula("M.__class__", ["M"])
+    with pytest.raises(FormulaError):
+        Formula("[M for M in range(9)]", ["M"])
+    assert Formula("(M + 1) // 2 if M > 3 else -M", ["M"])({"M": 9}) == 5

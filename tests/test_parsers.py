@@ -1,0 +1,81 @@
+"""Parsers over recorded real tool output (cuobjdump 13.5, binutils objdump, ptxas 13.0)."""
+
+from __future__ import annotations
+
+from pytest_ptxbench.parsers import objdump, ptxas, sass
+
+from .conftest import DATA
+
+
+def test_sass_inventory_per_kernel_from_address_lines_only() -> None:
+    kernels = sass.parse_sass((DATA / "two_kernels_sm90a.sass").read_text())
+    assert set(kernels) == {"_Z38HGMMA_64x256x16_F32_BF16_UTMALDG_decoyPfi", "_Z12wgmma_kernelP13__nv_bfloat16mmi"}
+    decoy = kernels["_Z38HGMMA_64x256x16_F32_BF16_UTMALDG_decoyPfi"]
+    # the opcode-like words in its name and in `.headerflags @"..."` are not instructions
+    assert not any(m.startswith(("HGMMA", "UTMALDG", "EF_")) for m in decoy.opcodes)
+    assert decoy.arch == "sm_90a"
+    wgmma = kernels["_Z12wgmma_kernelP13__nv_bfloat16mmi"]
+    assert wgmma.opcodes["HGMMA.64x8x16.F32.BF16"] == 1
+
+
+def test_predicates_are_stripped() -> None:
+    kernels = sass.parse_sass((DATA / "two_kernels_sm90a.sass").read_text())
+    for kernel in kernels.values():
+        assert "EXIT" in kernel.opcodes  # `@P0 EXIT` counts as EXIT
+        assert not any(m.startswith("@") for m in kernel.opcodes)
+    assert sass.opcode_of("@!PT LDS RZ, [RZ] ") == "LDS"
+    assert sass.opcode_of("@!UP0 UTMALDG.2D [UR8], [UR4]") == "UTMALDG.2D"
+
+
+def test_a_kernel_listed_twice_is_counted_once() -> None:
+    text = (DATA / "two_kernels_sm90a.sass").read_text()
+    once = sass.parse_sass(text)
+    twice = sass.parse_sass(text + "\n" + text)
+    assert {n: k.opcodes for n, k in once.items()} == {n: k.opcodes for n, k in twice.items()}
+
+
+def test_modifier_matching() -> None:
+    assert sass.matches("HGMMA.*.F32.BF16", "HGMMA.64x256x16.F32.BF16")
+    assert not sass.matches("HGMMA.*.F32.BF16", "HGMMA.64x256x16.F32")
+    assert not sass.matches("HGMMA.*.F32.BF16", "HGMMA.64x256x16.F16.BF16")
+    assert sass.matches("UTMALDG", "UTMALDG.2D.MULTICAST")
+    assert not sass.matches("UTMALDG", "UTMASTG.2D")
+    assert not sass.matches("HMMA", "HGMMA.64x8x16.F32.BF16")
+
+
+def test_dynamic_symbols_and_needed_libraries() -> None:
+    symbols = objdump.parse_dynamic_symbols((DATA / "launcher_dlopen.objdump-T.txt").read_text())
+    undefined = {s.name for s in symbols if s.undefined}
+    assert {"dlopen", "dlsym", "cudaGetLastError", "__cudaRegisterFatBinary"} <= undefined
+    launcher = next(s for s in symbols if s.name == "ptxbench_gemm")
+    assert not launcher.undefined and launcher.function and launcher.section == ".text"
+    dlopen = next(s for s in symbols if s.name == "dlopen")
+    assert dlopen.version == "(GLIBC_2.34)"
+    needed = objdump.parse_needed((DATA / "launcher_dlopen.objdump-p.txt").read_text())
+    assert needed == ["libcudart.so.13", "libstdc++.so.6", "libgcc_s.so.1", "libc.so.6"]
+
+
+def test_host_instructions_with_their_function() -> None:
+    found = objdump.find_instructions((DATA / "launcher_syscall.objdump-d.txt").read_text(), {"syscall"})
+    assert [(i.function, i.mnemonic) for i in found] == [("ptxbench_gemm", "syscall")]
+
+
+def test_ptxas_resources() -> None:
+    log = (
+        "ptxas info    : 0 bytes gmem\n"
+        "ptxas info    : Compiling entry function '_Z4kernPf' for 'sm_90a'\n"
+        "ptxas info    : Function properties for _Z4kernPf\n"
+        "    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
+        "ptxas info    : Used 168 registers, used 1 barriers, 1024 bytes smem\n"
+        "ptxas warning : (C7508) Potential Performance Loss: 'setmaxnreg' ignored\n"
+    )
+    assert ptxas.parse_resources(log) == {
+        "_Z4kernPf": {
+            "stack_bytes": 8,
+            "spill_store_bytes": 4,
+            "spill_load_bytes": 4,
+            "registers": 168,
+            "smem_bytes": 1024,
+        }
+    }
+    assert ptxas.warnings(log) == ["ptxas warning : (C7508) Potential Performance Loss: 'setmaxnreg' ignored"]

@@ -1,0 +1,80 @@
+"""Option precedence: marker > command line > environment > ini > default, in one place."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_ptxbench import settings
+
+
+@pytest.fixture
+def configured(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    def make(*args: str, ini: str = "", env: dict[str, str] | None = None) -> pytest.Config:
+        project.makeini(f"[pytest]\n{ini}\n")
+        for name, value in (env or {}).items():
+            monkeypatch.setenv(name, value)
+        return project.parseconfig(*args)
+
+    return make
+
+
+def test_defaults(configured) -> None:  # type: ignore[no-untyped-def]
+    resolved = settings.resolve_all(configured())
+    assert resolved == {
+        "model": "reference",
+        "gpu": "h100",
+        "turns": 8,
+        "runs": 50,
+        "warmup": 10,
+        "trajectories": 1,
+        "shapes": "all",
+        "shapes_file": None,
+        "seed": 0,
+        "out": None,
+        "require_gpu": False,
+        "build_timeout": 300,
+    }
+
+
+def test_each_source_overrides_the_next(configured) -> None:  # type: ignore[no-untyped-def]
+    config = configured(
+        "--ptx-runs=20",
+        ini="ptx_runs = 40\nptx_seed = 3\nptx_turns = 2",
+        env={"PTXBENCH_RUNS": "30", "PTXBENCH_SEED": "4"},
+    )
+    assert settings.resolve(config, "runs", {"runs": 10}) == 10  # marker
+    assert settings.resolve(config, "runs") == 20  # command line
+    assert settings.resolve(config, "seed") == 4  # environment
+    assert settings.resolve(config, "turns") == 2  # ini
+    assert settings.resolve(config, "warmup") == 10  # default
+
+
+def test_flags(configured) -> None:  # type: ignore[no-untyped-def]
+    assert settings.resolve(configured("--ptx-require-gpu"), "require_gpu") is True
+    assert settings.resolve(configured(ini="ptx_require_gpu = true"), "require_gpu") is True
+    assert settings.resolve(configured(ini="ptx_require_gpu = false"), "require_gpu") is False
+    assert (
+        settings.resolve(configured(ini="ptx_require_gpu = false", env={"PTXBENCH_REQUIRE_GPU": "yes"}), "require_gpu")
+        is True
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (("--ptx-runs=0",), {}, "--ptx-runs='0': must be at least 1"),
+        (("--ptx-gpu=a100",), {}, "--ptx-gpu='a100': expected one of h100, b200, all"),
+        ((), {"PTXBENCH_SHAPES": "some"}, "PTXBENCH_SHAPES='some': expected one of visible, hidden, all"),
+        ((), {"PTXBENCH_SEED": "x"}, "PTXBENCH_SEED='x': invalid literal for int()"),
+    ],
+)
+def test_bad_values_name_their_source(configured, args: tuple[str, ...], env: dict[str, str], message: str) -> None:  # type: ignore[no-untyped-def]
+    config = configured(*args, env=env)
+    with pytest.raises(pytest.UsageError) as caught:
+        settings.resolve_all(config)
+    assert message in str(caught.value)
+
+
+def test_unknown_marker_setting(configured) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(pytest.UsageError, match="unknown setting 'rounds'"):
+        settings.resolve_all(configured(), {"rounds": 3})

@@ -1,0 +1,123 @@
+"""build and inspect with the real nvcc and cuobjdump: no mocked compiler or disassembler."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pytest_ptxbench.verdict import Status
+
+from .conftest import KERNELS, PLAIN_SM90, TASKS, BuildAndInspect
+
+
+def test_reference_h100_gemm_passes_build_and_inspect(build_and_inspect: BuildAndInspect) -> None:
+    built, inspected = build_and_inspect(TASKS / "reference/h100/gemm.cu", "h100")
+    assert built.status is Status.PASSED, built.message
+    assert inspected is not None and inspected.status is Status.PASSED, inspected and inspected.message
+    mnemonics = [m for holders in inspected.data["found"].values() for ms in holders.values() for m in ms]
+    assert any(m.startswith("HGMMA.") and m.endswith(".F32.BF16") for m in mnemonics)
+    assert any(m.startswith("UTMALDG") for m in mnemonics)
+    assert "HGMMA" in inspected.data["summary"] and " in " in inspected.data["summary"]
+
+
+def test_reference_b200_gemm_shows_utchmma(build_and_inspect: BuildAndInspect) -> None:
+    built, inspected = build_and_inspect(TASKS / "reference/b200/gemm.cu", "b200")
+    assert built.status is Status.PASSED, built.message
+    assert inspected is not None and inspected.status is Status.PASSED, inspected and inspected.message
+    assert inspected.data["found"]["UTCHMMA"], inspected.data
+    assert "UTCHMMA" in inspected.message
+
+
+def test_wgmma_bf16_passes_for_sm90a(build_and_inspect: BuildAndInspect) -> None:
+    built, inspected = build_and_inspect(KERNELS / "wgmma_bf16.cu", "h100", required=("HGMMA.*.F32.BF16",))
+    assert built.passed, built.message
+    assert inspected is not None and inspected.passed, inspected and inspected.message
+    assert inspected.data["found"]["HGMMA.*.F32.BF16"] == {"wgmma_kernel": ["HGMMA.64x8x16.F32.BF16"]}
+
+
+def test_guarded_wgmma_builds_for_plain_sm90_and_fails_inspect(build_and_inspect: BuildAndInspect) -> None:
+    built, inspected = build_and_inspect(KERNELS / "wgmma_guarded.cu", PLAIN_SM90, required=("HGMMA.*.F32.BF16",))
+    assert built.passed, built.message
+    assert inspected is not None and inspected.status is Status.FAILED
+    assert "missing HGMMA.*.F32.BF16" in inspected.message
+
+
+def test_unguarded_wgmma_fails_the_plain_sm90_build_with_the_compilers_message(
+    build_and_inspect: BuildAndInspect,
+) -> None:
+    built, inspected = build_and_inspect(KERNELS / "wgmma_bf16.cu", PLAIN_SM90)
+    assert built.status is Status.FAILED and inspected is None
+    assert "not supported on .target 'sm_90'" in built.message
+
+
+def test_fp16_wgmma_fails_a_bf16_modifier_match(build_and_inspect: BuildAndInspect) -> None:
+    built, inspected = build_and_inspect(KERNELS / "wgmma_fp16.cu", "h100", required=("HGMMA.*.F32.BF16",))
+    assert built.passed, built.message
+    assert inspected is not None and inspected.status is Status.FAILED
+    assert "missing HGMMA.*.F32.BF16 (found HGMMA.64x8x16.F32" in inspected.message
+
+
+def test_missing_required_opcode_is_named(build_and_inspect: BuildAndInspect) -> None:
+    _, inspected = build_and_inspect(KERNELS / "wgmma_bf16.cu", "h100", required=("HGMMA.*.F32.BF16", "UTMALDG"))
+    assert inspected is not None and inspected.status is Status.FAILED
+    assert inspected.message == "missing UTMALDG"
+
+
+def test_dlopen_fails_the_allow_list(build_and_inspect: BuildAndInspect) -> None:
+    _, inspected = build_and_inspect(KERNELS / "launcher_dlopen.cu", required=())
+    assert inspected is not None and inspected.status is Status.FAILED
+    assert {"dlopen", "dlsym"} <= set(inspected.data["forbidden_imports"]), inspected.message
+
+
+def test_getenv_fails_the_allow_list(build_and_inspect: BuildAndInspect) -> None:
+    _, inspected = build_and_inspect(KERNELS / "launcher_getenv.cu", required=())
+    assert inspected is not None and inspected.status is Status.FAILED
+    assert inspected.data["forbidden_imports"] == ["getenv"]
+
+
+def test_device_allocation_fails_the_allow_list(build_and_inspect: BuildAndInspect) -> None:
+    _, inspected = build_and_inspect(KERNELS / "launcher_malloc.cu", required=())
+    assert inspected is not None and inspected.data["forbidden_imports"] == ["cudaMalloc"]
+
+
+def test_raw_syscall_in_host_code_fails_inspect(build_and_inspect: BuildAndInspect) -> None:
+    _, inspected = build_and_inspect(KERNELS / "launcher_syscall.cu", required=())
+    assert inspected is not None and inspected.status is Status.FAILED
+    assert "raw system-call instructions in host code: syscall in ptxbench_gemm" in inspected.message
+
+
+def test_a_clean_launcher_passes_the_host_checks(build_and_inspect: BuildAndInspect) -> None:
+    _, inspected = build_and_inspect(KERNELS / "wgmma_bf16.cu", required=())
+    assert inspected is not None and inspected.passed, inspected.message
+    assert inspected.data["forbidden_imports"] == [] and inspected.data["forbidden_libraries"] == []
+
+
+def test_wrong_launcher_signature_does_not_compile(build_and_inspect: BuildAndInspect) -> None:
+    built, _ = build_and_inspect(KERNELS / "wrong_signature.cu")
+    assert built.status is Status.FAILED
+    assert "ptxbench_gemm" in built.message and "nvcc exited" in built.message
+
+
+def test_missing_launcher_fails_inspect(build_and_inspect: BuildAndInspect) -> None:
+    built, inspected = build_and_inspect(KERNELS / "no_launcher.cu", required=())
+    assert built.passed, built.message
+    assert inspected is not None and "launcher ptxbench_gemm is not defined" in inspected.message
+
+
+def test_compile_error_is_a_failed_verdict_with_the_log(build_and_inspect: BuildAndInspect) -> None:
+    built, _ = build_and_inspect(KERNELS / "syntax_error.cu")
+    assert built.status is Status.FAILED
+    assert 'expected a ";"' in built.message
+    assert "nvcc" in Path(built.data["log"]).read_text()
+
+
+def test_build_has_a_timeout(build_and_inspect: BuildAndInspect) -> None:
+    built, _ = build_and_inspect(TASKS / "reference/h100/gemm.cu", timeout=0.05)
+    assert built.status is Status.FAILED
+    assert built.message == "nvcc did not finish within 0 s"
+
+
+def test_build_keeps_ptxas_resources(build_and_inspect: BuildAndInspect) -> None:
+    built, _ = build_and_inspect(KERNELS / "wgmma_bf16.cu", required=())
+    resources = built.data["resources"]
+    assert list(resources) == ["_Z12wgmma_kernelP13__nv_bfloat16mmi"]
+    assert resources["_Z12wgmma_kernelP13__nv_bfloat16mmi"]["registers"] > 0
