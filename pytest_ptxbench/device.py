@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import shutil
 from dataclasses import dataclass
 
@@ -40,11 +41,27 @@ def parse_devices(text: str) -> list[Device]:
 
 
 def detect_devices(timeout: float = 30) -> list[Device]:
+    """The devices CUDA would show this process: nvidia-smi's list filtered by `CUDA_VISIBLE_DEVICES`."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return []
     done = process.run([smi, f"--query-gpu={QUERY}", "--format=csv,noheader"], timeout)
-    return parse_devices(done.stdout) if done.returncode == 0 else []
+    devices = parse_devices(done.stdout) if done.returncode == 0 else []
+    return visible(devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def visible(devices: list[Device], mask: str | None) -> list[Device]:
+    """Apply a `CUDA_VISIBLE_DEVICES` value: indices or (prefixes of) UUIDs, in the order given; as in
+    CUDA, the list ends at the first entry that names no device, and an empty value hides every device."""
+    if mask is None:
+        return devices
+    chosen: list[Device] = []
+    for entry in (e.strip() for e in mask.split(",")):
+        match = next((d for d in devices if entry and (entry == str(d.index) or d.uuid.startswith(entry))), None)
+        if match is None or match in chosen:
+            break
+        chosen.append(match)
+    return chosen
 
 
 def device_for(target: Target, devices: list[Device]) -> Device | None:

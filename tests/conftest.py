@@ -65,6 +65,7 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytes
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     for name in [n for n in os.environ if n.startswith("PTXBENCH_")]:
         monkeypatch.delenv(name)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # these runs show the CPU-machine behaviour, GPU or not
     shutil.copy(ROOT / "conftest.py", pytester.path / "conftest.py")
     shutil.copytree(TASKS, pytester.path / "tasks")
     pytester.makeini("[pytest]\naddopts = --strict-markers\n")
