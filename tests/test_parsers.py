@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from pytest_ptxbench import device
 from pytest_ptxbench.parsers import objdump, ptxas, sass
+from pytest_ptxbench.targets import TARGETS
 
 from .conftest import DATA
 
@@ -79,3 +81,29 @@ def test_ptxas_resources() -> None:
         }
     }
     assert ptxas.warnings(log) == ["ptxas warning : (C7508) Potential Performance Loss: 'setmaxnreg' ignored"]
+
+
+def test_devices_from_nvidia_smi() -> None:
+    devices = device.parse_devices((DATA / "nvidia-smi-query.csv").read_text())
+    assert [(d.index, d.name, d.capability, d.arch, d.driver) for d in devices] == [
+        (0, "NVIDIA H200", (9, 0), "sm_90", "580.159.04")
+    ]
+    assert devices[0].uuid.startswith("GPU-cbd0dcec")
+    assert device.device_for(TARGETS["h100"], devices) == devices[0]
+    assert device.device_for(TARGETS["b200"], devices) is None
+    assert (
+        device.missing_device(TARGETS["b200"], devices)
+        == "needs an sm_100 device (B200-class), found NVIDIA H200 (sm_90)"
+    )
+
+
+def test_cuda_visible_devices() -> None:
+    two = device.parse_devices(
+        "0, NVIDIA H200, 9.0, 580.159.04, GPU-aaaa1111, 00000000:00:06.0\n"
+        "1, NVIDIA H200, 9.0, 580.159.04, GPU-bbbb2222, 00000000:00:07.0\n"
+    )
+    assert device.visible(two, None) == two
+    assert device.visible(two, "") == []
+    assert device.visible(two, "1") == [two[1]]
+    assert device.visible(two, "GPU-bbbb,0") == [two[1], two[0]]
+    assert device.visible(two, "0,7,1") == [two[0]]  # CUDA stops at the first entry that names no device
