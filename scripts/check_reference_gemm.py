@@ -1,89 +1,54 @@
 #!/usr/bin/env python3
-"""Build tasks/reference/h100/gemm.cu as the harness does (plus -lcuda), check it against torch and time it.
+"""Build tasks/reference/h100/gemm.cu with the harness's build and inspect stages, check it against torch
+and time it: a stand-alone check until the harness has its own check and time stages.
 
-Run on a Hopper GPU machine from the repo root:  python3 scripts/check_reference_gemm.py
+Run on a Hopper GPU machine from the repo root:  PYTHONPATH=. python3 scripts/check_reference_gemm.py
 Correctness: random normal bf16 inputs, C poisoned with NaN before the call, reference A.float() @ B.float().T;
 pass = every element written, relative Frobenius error < 1e-2, max abs error < 0.05 * max|ref| + 0.05.
 Timing: M8192 N7168 K5120, 10 warm-ups, 50 runs each timed with CUDA events, median, vs torch.matmul(A, B.T).
 """
 
 import ctypes
-import os
-import re
-import shutil
-import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SRC = os.path.join(ROOT, "tasks", "reference", "h100", "gemm.cu")
+from pytest_ptxbench.candidate import Candidate
+from pytest_ptxbench.catalogue import load_family
+from pytest_ptxbench.stages.build import build as harness_build
+from pytest_ptxbench.stages.inspect import inspect
+from pytest_ptxbench.targets import TARGETS
 
-# (M, N, K): the brief's required cases, every (N, K) pair at a ragged M, and odd edge cases.
-NK_PAIRS = [
-    (128, 2048),
-    (2048, 4096),
-    (2048, 5376),
-    (4096, 5376),
-    (5376, 4096),
-    (21504, 5376),
-    (5376, 21504),
-    (256, 7168),
-    (28672, 4096),
-    (34816, 5120),
-    (4096, 14336),
-    (4096, 4096),
-    (5120, 17408),
-    (5120, 5120),
-    (6144, 4096),
-    (7168, 5120),
-    (5120, 2048),
-]
-CASES = [(m, n, k) for (n, k) in [(128, 2048), (7168, 5120), (256, 7168)] for m in (70, 952, 8192)]
-CASES += [(m, n, k) for (n, k) in NK_PAIRS for m in (93, 969) if (n, k) not in [(128, 2048), (7168, 5120), (256, 7168)]]
+ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "tasks" / "reference" / "h100" / "gemm.cu"
+GEMM = load_family(ROOT / "tasks" / "gemm.yaml")
+NK_PAIRS = [(t.axes["N"], t.axes["K"]) for t in GEMM.tasks]
+FIRST = [(128, 2048), (7168, 5120), (256, 7168)]
+
+# (M, N, K): three pairs at small, ragged and core M; every other (N, K) pair at two ragged M; odd edge cases.
+CASES = [(m, n, k) for (n, k) in FIRST for m in (70, 952, 8192)]
+CASES += [(m, n, k) for (n, k) in NK_PAIRS for m in (93, 969) if (n, k) not in FIRST]
 CASES += [(8828, 34816, 5120), (2379, 4096, 14336), (289, 5376, 21504), (1, 8, 8), (130, 264, 72), (1000, 1000, 1000)]
 
 
 def build():
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    out = os.path.join(tempfile.mkdtemp(prefix="refgemm_"), "gemm.so")
-    cmd = [
-        nvcc,
-        "-gencode=arch=compute_90a,code=sm_90a",
-        "-O3",
-        "-std=c++17",
-        "-shared",
-        "-Xcompiler",
-        "-fPIC",
-        "-cudart",
-        "shared",
-        "--ptxas-options=-v",
-        "-o",
-        out,
-        SRC,
-        "-lcuda",
-    ]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    log = res.stdout + res.stderr
-    if res.returncode != 0:
-        sys.exit("build failed:\n" + log)
-    for line in log.splitlines():
-        if re.search(r"registers|spill|C75\d\d|warning", line):
-            print("ptxas:", line.strip())
-    if "C7508" in log or "C7510" in log:
-        sys.exit("ptxas dropped setmaxnreg or serialized wgmma")
-    cuobjdump = shutil.which("cuobjdump") or os.path.join(os.path.dirname(nvcc), "cuobjdump")
-    if os.path.exists(cuobjdump):
-        sass = subprocess.run([cuobjdump, "-sass", out], capture_output=True, text=True).stdout
-        ops = sorted(set(re.findall(r"\b(HGMMA\.\S+|UTMALDG\.\S+)\s", sass)))
-        print(
-            "SASS:",
-            ", ".join(o.rstrip(" ;") for o in ops) or "none",
-            "| LDL/STL:",
-            bool(re.search(r"\b(LDL|STL)\b", sass)),
-        )
-    return out
+    """The harness's own build and inspect stages (so the same flags and contract header)."""
+    target = TARGETS["h100"]
+    workdir = Path(tempfile.mkdtemp(prefix="refgemm_"))
+    built = harness_build(Candidate.from_file("gemm", "h100", SRC), GEMM.launcher, target, workdir, timeout=600)
+    if not built.passed:
+        sys.exit(f"build failed: {built.message}")
+    for kernel, figures in built.data["resources"].items():
+        print("ptxas:", kernel, figures)
+    if built.data["warnings"]:
+        sys.exit(f"ptxas warnings: {built.data['warnings']}")
+    inspected = inspect(Path(built.data["library"]), target, GEMM.opcodes["h100"], GEMM.launcher.name, timeout=120)
+    print("inspect:", inspected.status.value, inspected.message)
+    if not inspected.passed:
+        sys.exit(1)
+    return str(built.data["library"])
 
 
 def load(path):
