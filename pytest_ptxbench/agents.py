@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Protocol
 
 from .candidate import Candidate
-from .catalogue import Task
+from .catalogue import Family, Task
+from .pipeline import Evaluate
 from .targets import Target
 
 
@@ -26,7 +27,12 @@ class Agent(Protocol):
     @property
     def name(self) -> str: ...
 
-    def kernel(self, task: Task, target: Target, trajectory: int) -> Candidate | NoKernel: ...
+    def kernel(
+        self, family: Family, task: Task, target: Target, trajectory: int, evaluate: Evaluate
+    ) -> Candidate | NoKernel:
+        """The kernel for one trajectory of `task` on `target`. A model agent calls `evaluate` on each
+        reply's kernel (the pipeline on the visible shapes) to feed verdicts back."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -37,7 +43,9 @@ class FolderAgent:
     folder: Path
     by_target: bool  # reference kernels sit in one subfolder per target
 
-    def kernel(self, task: Task, target: Target, trajectory: int) -> Candidate | NoKernel:
+    def kernel(
+        self, family: Family, task: Task, target: Target, trajectory: int, evaluate: Evaluate
+    ) -> Candidate | NoKernel:
         base = self.folder / target.name if self.by_target else self.folder
         paths = [base / f"{task.name}.cu", base / f"{task.family_name}.cu"]
         for path in paths:

@@ -1,8 +1,5 @@
 """The harness of one pytest session: settings, catalogue, agent, and the pipeline run per case.
-
-Static stages (build, inspect) run once per kernel and are shared by every shape test of it; the
-GPU stages need a device of the target's architecture.
-"""
+The agent is asked once per (task, target, trajectory); every shape test of that task judges its kernel."""
 
 from __future__ import annotations
 
@@ -14,19 +11,17 @@ from typing import Any
 
 import pytest
 
-from . import __version__
 from .agents import Agent, NoKernel
 from .candidate import Candidate
 from .cases import Case, make_cases
 from .catalogue import Family, TaskFileError, load_catalogue, replace_hidden
-from .device import Device, detect_devices, device_for, missing_device
+from .device import Device, detect_devices, device_for
+from .pipeline import Pipeline
 from .rundir import RunDirectory, default_path, task_set_hash
 from .settings import resolve_all
-from .stages.build import build
-from .stages.inspect import inspect
 from .targets import select_targets
 from .toolchain import TOOLS, Tool, find_tool
-from .verdict import GPU_STAGES, Decision, Outcome, Status, Verdict, decide
+from .verdict import Decision, Outcome, Verdict, decide
 
 
 @dataclass(frozen=True)
@@ -68,7 +63,7 @@ class Harness:
         self._catalogues: dict[Path, list[Family]] = {}
         self._agents: dict[Path, Agent] = {}
         self._kernels: dict[tuple[str, str, int], Candidate | NoKernel] = {}
-        self._static: dict[tuple[str, str, str], list[Verdict]] = {}
+        self.pipeline = Pipeline(self.run, lambda: self.devices, self.settings)
         self._started = False
 
     @functools.cached_property
@@ -116,50 +111,28 @@ class Harness:
     def evaluate(self, case: Case, settings: dict[str, Any]) -> Evaluation:
         """Run the pipeline for one case and record the result in the run directory."""
         self._start()
-        candidate, static = self._static_stages(case, settings)
+        candidate = self._kernel(case)
         device = device_for(case.target, self.devices)
         if isinstance(candidate, NoKernel):
-            decision = Decision(Outcome.SKIPPED, candidate.reason)
-            evaluation = Evaluation(case, None, [], decision, device)
+            evaluation = Evaluation(case, None, [], Decision(Outcome.SKIPPED, candidate.reason), device)
         else:
-            verdicts = static + self._gpu_stages(case, static, device)
+            verdicts = self.pipeline.evaluate(candidate, case.family, case.task, case.target, [case.shape])
             evaluation = Evaluation(case, candidate, verdicts, decide(verdicts, settings["require_gpu"]), device)
         self.run.append_result(evaluation.row(self.settings["model"]))
         return evaluation
 
-    def _static_stages(self, case: Case, settings: dict[str, Any]) -> tuple[Candidate | NoKernel, list[Verdict]]:
-        """The agent's kernel for the case's task, built and inspected once per (family, target, source)."""
+    def _kernel(self, case: Case) -> Candidate | NoKernel:
+        """The agent's kernel for the case's task and trajectory, asked for once (every shape test shares it)."""
         key = (case.task.name, case.target.name, case.trajectory)
         if key not in self._kernels:
-            self._kernels[key] = self.agent(case.family.file.parent).kernel(case.task, case.target, case.trajectory)
-        candidate = self._kernels[key]
-        if isinstance(candidate, NoKernel):
-            return candidate, []
-        built_key = (case.family.name, case.target.name, candidate.digest)
-        if built_key not in self._static:
-            workdir = self.run.build_dir(f"{case.family.name}-{case.target.name}", candidate.digest)
-            built = build(candidate, case.family.launcher, case.target, workdir, settings["build_timeout"])
-            verdicts = [built]
-            if built.passed:
-                required = case.family.opcodes.get(case.target.name, ())
-                verdicts.append(
-                    inspect(Path(built.data["library"]), case.target, required, case.family.launcher.name, timeout=120)
-                )
-            self._static[built_key] = verdicts
-        return candidate, self._static[built_key]
+            visible = case.family.shapes("visible")
 
-    def _gpu_stages(self, case: Case, static: list[Verdict], device: Device | None) -> list[Verdict]:
-        if not all(v.passed for v in static):
-            return []
-        if device is None:
-            message = missing_device(case.target, self.devices)
-            if self.settings["model"] == "reference" and case.target.name in case.family.not_run_on_hardware:
-                message += f"; the {case.target.name} reference kernel is not run on hardware"
-        else:
-            message = (
-                f"the GPU stages are not part of pytest-ptxbench {__version__} yet (device {device.name} is present)"
-            )
-        return [Verdict(stage, Status.SKIPPED, message) for stage in GPU_STAGES]
+            def judge(candidate: Candidate) -> list[Verdict]:
+                return self.pipeline.evaluate(candidate, case.family, case.task, case.target, visible)
+
+            agent = self.agent(case.family.file.parent)
+            self._kernels[key] = agent.kernel(case.family, case.task, case.target, case.trajectory, judge)
+        return self._kernels[key]
 
     def _start(self) -> None:
         if self._started:
