@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from .candidate import Candidate
 from .catalogue import Family, Task
@@ -56,7 +56,7 @@ class FolderAgent:
         )
 
 
-def builtin_agent(spec: str, catalogue: Path) -> Agent | None:
+def builtin_agent(spec: str, catalogue: Path, settings: dict[str, Any], run_dir: Path) -> Agent | None:
     if spec == "reference":
         return FolderAgent("reference", catalogue / "reference", by_target=True)
     if spec.startswith("file:"):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -13,6 +13,10 @@ if TYPE_CHECKING:
 
 
 @pytest.hookspec(firstresult=True)
-def pytest_ptxbench_make_agent(spec: str, catalogue: Path, config: pytest.Config) -> Agent | None:
+def pytest_ptxbench_make_agent(
+    spec: str, catalogue: Path, settings: dict[str, Any], run_dir: Path, config: pytest.Config
+) -> Agent | None:
     """Return the agent that `--ptx-model=spec` names, or None when this plugin does not know it.
-    `catalogue` is the folder of the task files (reference kernels live under it)."""
+    `catalogue` is the folder of the task files (reference kernels live under it), `settings` the
+    resolved `--ptx-*` settings, `run_dir` the run directory (trajectories are saved under it).
+    Raise ValueError with a message naming the problem for a spec it knows but cannot serve."""

@@ -52,8 +52,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os.environ.pop("PTXBENCH_OUT", None)
 
 
-def pytest_ptxbench_make_agent(spec: str, catalogue: Path, config: pytest.Config) -> Agent | None:
-    return builtin_agent(spec, catalogue)
+def pytest_ptxbench_make_agent(
+    spec: str, catalogue: Path, settings: dict[str, Any], run_dir: Path, config: pytest.Config
+) -> Agent | None:
+    return builtin_agent(spec, catalogue, settings, run_dir)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

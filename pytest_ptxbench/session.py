@@ -98,7 +98,9 @@ class Harness:
         if directory not in self._agents:
             spec = self.settings["model"]
             try:
-                made = self.config.hook.pytest_ptxbench_make_agent(spec=spec, catalogue=directory, config=self.config)
+                made = self.config.hook.pytest_ptxbench_make_agent(
+                    spec=spec, catalogue=directory, settings=self.settings, run_dir=self.run.path, config=self.config
+                )
             except ValueError as exc:
                 raise pytest.Collector.CollectError(str(exc)) from None
             if made is None:
