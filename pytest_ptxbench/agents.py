@@ -1,7 +1,9 @@
 """Agents hand over one kernel per (task, target, trajectory).
 
 `reference` serves the expert kernels kept beside the task files (`reference/<target>/<family>.cu`);
-`file:<dir>` serves a user's own kernels (`<dir>/<task>.cu`, else `<dir>/<family>.cu`).
+`file:<dir>` serves a user's own kernels (`<dir>/<task>.cu`, else `<dir>/<family>.cu`);
+`replay:<run dir>` judges an earlier run's saved kernels again (replay.py); a model alias or
+`provider:model` runs the multi-turn model loop (loop.py).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from typing import Any, Protocol
 
 from .candidate import Candidate
 from .catalogue import Family, Task
+from .models.prices import price
+from .models.specs import check_sdk, parse_spec
 from .pipeline import Evaluate
 from .targets import Target
 
@@ -64,4 +68,20 @@ def builtin_agent(spec: str, catalogue: Path, settings: dict[str, Any], run_dir:
         if not folder.is_dir():
             raise ValueError(f"--ptx-model={spec}: {folder} is not a folder")
         return FolderAgent(spec, folder.resolve(), by_target=False)
-    return None
+    # Imported here: both modules build on this one.
+    from .loop import ModelAgent
+    from .replay import ReplayAgent
+
+    if spec.startswith("replay:"):
+        return ReplayAgent.open(spec, run_dir)
+    model = parse_spec(spec, settings)
+    if model is None:
+        return None
+    check_sdk(model)
+    if settings["spend_cap"] is not None and price(model.model, settings["prices"]) is None:
+        raise ValueError(
+            f"--ptx-model={spec}: a spend cap needs the price of {model.model}: give it with --ptx-prices='{model.model}=<in>/<out>'"
+        )
+    if settings["resume"] and not settings["out"]:
+        raise ValueError("--ptx-resume needs --ptx-out=<the interrupted run's directory>")
+    return ModelAgent(model, settings, run_dir)

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import __version__
 from .candidate import Candidate
 from .catalogue import Family, Shape, Task
 from .device import Device, device_for, missing_device
@@ -19,6 +18,9 @@ from .stages.build import build
 from .stages.inspect import inspect
 from .targets import Target
 from .verdict import GPU_STAGES, Status, Verdict
+
+if TYPE_CHECKING:
+    from .gpu import GpuStages
 
 # What an agent calls to have a kernel judged on the task's visible shapes.
 Evaluate = Callable[[Candidate], list[Verdict]]
@@ -30,6 +32,7 @@ class Pipeline:
         self._devices = devices
         self.settings = settings
         self._static: dict[tuple[str, str, str], list[Verdict]] = {}
+        self._gpu: GpuStages | None = None
 
     def evaluate(
         self, candidate: Candidate, family: Family, task: Task, target: Target, shapes: Sequence[Shape]
@@ -57,14 +60,25 @@ class Pipeline:
     def gpu(
         self, candidate: Candidate, family: Family, task: Task, target: Target, shapes: Sequence[Shape]
     ) -> list[Verdict]:
+        """check, profile, sanitize and time on each shape, on a device of the target's architecture."""
         devices = self._devices()
-        device = device_for(target, devices)
-        if device is None:
+        if device_for(target, devices) is None:
             message = missing_device(target, devices)
             if self.settings["model"] == "reference" and target.name in family.not_run_on_hardware:
                 message += f"; the {target.name} reference kernel is not run on hardware"
-        else:
-            message = (
-                f"the GPU stages are not part of pytest-ptxbench {__version__} yet (device {device.name} is present)"
-            )
-        return [Verdict(stage, Status.SKIPPED, message) for stage in GPU_STAGES]
+            return [Verdict(stage, Status.SKIPPED, message) for stage in GPU_STAGES]
+        if self._gpu is None:
+            from .gpu import GpuStages  # numpy and the children only where a GPU is
+
+            self._gpu = GpuStages(self.settings, self.run.path)
+        static = self.static(candidate, family, target)
+        verdicts = []
+        for shape in shapes:
+            for verdict in self._gpu.evaluate(candidate, family, task, target, shape, static):
+                verdict.data.setdefault("shape", shape.id)
+                verdicts.append(verdict)
+        return verdicts
+
+    def close(self) -> None:
+        if self._gpu is not None:
+            self._gpu.close()

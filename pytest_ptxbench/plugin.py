@@ -48,6 +48,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if HARNESS in config.stash:
+        config.stash[HARNESS].close()
     if config.stash.get(_OUT_SET_HERE, False):
         os.environ.pop("PTXBENCH_OUT", None)
 

@@ -136,6 +136,9 @@ class Harness:
             self._kernels[key] = agent.kernel(case.family, case.task, case.target, case.trajectory, judge)
         return self._kernels[key]
 
+    def close(self) -> None:
+        self.pipeline.close()
+
     def _start(self) -> None:
         if self._started:
             return

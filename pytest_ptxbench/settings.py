@@ -28,6 +28,55 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError("must be greater than 0")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise ValueError("must not be negative")
+    return value
+
+
+def _pairs(text: str) -> dict[str, str]:
+    """`a=x, b=y` (commas or whitespace between pairs) → {a: x, b: y}."""
+    out = {}
+    for item in text.replace(",", " ").split():
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise ValueError(f"expected name=value pairs, got {item!r}")
+        out[key] = value
+    return out
+
+
+def _aliases(text: str) -> dict[str, str]:
+    """`claude=anthropic:claude-opus-4-5 qwen=openai-compatible:Qwen/Qwen3-Coder` → alias → spec."""
+    pairs = _pairs(text)
+    for alias, spec in pairs.items():
+        if ":" not in spec:
+            raise ValueError(f"{alias}={spec}: expected provider:model")
+    return pairs
+
+
+def _prices(text: str) -> dict[str, list[float]]:
+    """`gpt-5=1.25/10` → model → [USD per million input tokens, per million output tokens]."""
+    out = {}
+    for model, value in _pairs(text).items():
+        parts = value.split("/")
+        try:
+            numbers = [float(p) for p in parts]
+        except ValueError:
+            numbers = []
+        if len(numbers) != 2 or min(numbers) < 0:
+            raise ValueError(f"{model}={value}: expected <USD per 1M input tokens>/<USD per 1M output tokens>")
+        out[model] = numbers
+    return out
+
+
 def _flag(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -68,7 +117,13 @@ class Option:
 
 
 OPTIONS = (
-    Option("model", str, "reference", "the agent: reference, file:<dir>"),
+    Option(
+        "model",
+        str,
+        "reference",
+        "the agent: reference, file:<dir>, replay:<run dir>, gemini, claude, gpt, qwen, or provider:model "
+        "(openai, openai-compatible, anthropic, gemini)",
+    ),
     Option(
         "gpu", _choice(*TARGETS, "all"), "h100", "target: h100 (any compute capability 9.0 device), b200 (10.0) or all"
     ),
@@ -84,6 +139,18 @@ OPTIONS = (
     Option("out", str, None, "run directory (default: runs/<UTC time>-<model>)"),
     Option("require_gpu", _flag, False, "fail, rather than skip, tests whose GPU stages cannot run", flag=True),
     Option("build_timeout", _positive_int, 300, "seconds nvcc may take per candidate"),
+    Option("call_timeout", _positive_int, 120, "seconds one request to an evaluation child may take (a hang fails)"),
+    Option("base_url", str, None, "base URL of the model API, e.g. a local vLLM's http://127.0.0.1:8000/v1"),
+    Option("aliases", _aliases, None, "model aliases overriding the defaults: 'claude=anthropic:<model> qwen=...'"),
+    Option("prices", _prices, None, "USD per million input/output tokens overriding the table: 'gpt-5=1.25/10'"),
+    Option("request_timeout", _positive_float, 600.0, "seconds one model call may take"),
+    Option("max_retries", _non_negative_int, 4, "retries of a model call on 429, 5xx, timeouts and connection errors"),
+    Option("retry_delay", _non_negative_float, 2.0, "seconds before the first retry; doubles each retry, at most 60"),
+    Option("reply_tokens", _positive_int, 32768, "most output tokens per model reply"),
+    Option("spend_cap", _positive_float, None, "USD the model calls of one run may cost; no call starts beyond it"),
+    Option("token_cap", _positive_int, None, "tokens (input + output) the model calls of one run may use"),
+    Option("target_speedup", _positive_float, None, "end a trajectory once its best kernel reaches this speedup"),
+    Option("resume", _flag, False, "continue the interrupted trajectories of the run directory --ptx-out", flag=True),
 )
 BY_NAME = {option.name: option for option in OPTIONS}
 

@@ -74,3 +74,18 @@ def driver_library() -> Path | None:
         for candidate in sorted(Path(folder).glob("libcuda.so*")):
             return candidate
     return None
+
+
+_WHEEL_LIB_DIRS = ("nvidia/cu13/lib", "nvidia/cuda_runtime/lib")
+
+
+def find_library(name: str) -> Path | None:
+    """A CUDA library (`libcudart.so.13`) under `$CUDA_HOME`, in an installed NVIDIA wheel, or in
+    `/usr/local/cuda`."""
+    folders = []
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if cuda_home:
+        folders += [Path(cuda_home, "lib64"), Path(cuda_home, "lib")]
+    folders += [Path(entry or ".", sub) for entry in sys.path for sub in _WHEEL_LIB_DIRS]
+    folders += [Path("/usr/local/cuda/lib64"), Path("/usr/local/cuda/lib")]
+    return next((folder / name for folder in folders if (folder / name).is_file()), None)

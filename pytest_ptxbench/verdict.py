@@ -39,6 +39,13 @@ class Verdict:
         out["status"] = self.status.value
         return out
 
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Verdict:
+        """The inverse of `to_json`; KeyError/ValueError on a malformed record."""
+        return cls(
+            raw["stage"], Status(raw["status"]), raw["message"], dict(raw.get("data", {})), raw.get("seconds", 0.0)
+        )
+
 
 class Outcome(str, enum.Enum):
     PASSED = "passed"

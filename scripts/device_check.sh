@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
-# One device call: the project from a checkout on the GPU machine (no registry), and the reference GEMM's
-# correctness and speed. Usage (from the repository root, on the GPU machine): bash scripts/device_check.sh
-# Writes logs under $OUT (or ./device-out) and prints a short table last.
+# One device call: the GPU tests, the main job on the core GEMM task with every stage, and probes.
+# From the repository root on the GPU machine (no registry):  bash scripts/device_check.sh
+# Needs the cupti-python wheel carried in .whl/ (see README). Logs go under $OUT (or ./device-out);
+# a short table is printed last.
 set -uo pipefail
 out=${OUT:-device-out}; mkdir -p "$out"
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+fi
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=index,name,compute_cap,driver_version,uuid,pci.bus_id --format=csv,noheader > "$out/nvidia-smi-query.csv"
-python3 -m pytest tests -q -p no:cacheprovider > "$out/tests.log" 2>&1; tests_rc=$?
-python3 -m pytest tasks --ptx-model=reference -k gemm-n7168-k5120 --ptx-shapes=visible -rs --ptx-out="$out/run" \
+python3 -c "import torch; print(torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default._schema)" > "$out/probes.txt" 2>&1
+start=$(date +%s)
+python3 -m pytest tests/test_gpu.py -v -rA -p no:cacheprovider --basetemp=/tmp/gpu-tests > "$out/gpu-tests.log" 2>&1; gpu_rc=$?
+mid=$(date +%s)
+python3 -m pytest tasks --ptx-model=reference -k gemm-n7168-k5120 --ptx-shapes=visible -rA --ptx-out=/tmp/run \
   > "$out/main-job.log" 2>&1; main_rc=$?
-timeout 330 python3 scripts/check_reference_gemm.py > "$out/reference-gemm.log" 2>&1; gemm_rc=$?
+end=$(date +%s)
+tar czf "$out/logs.tgz" -C /tmp run/logs run/results.jsonl run/environment.json gpu-tests 2>/dev/null
 echo "== device"; cat "$out/nvidia-smi-query.csv"
-echo "== tests (rc $tests_rc)"; tail -n 3 "$out/tests.log"
-echo "== main job (rc $main_rc)"; grep -E "^ptxbench|^SKIPPED|passed|skipped|failed" "$out/main-job.log" | tail -n 8
-echo "== reference GEMM (rc $gemm_rc)"; grep -v '^checked' "$out/reference-gemm.log" | tail -n 25
+echo "== probes"; cat "$out/probes.txt"
+echo "== GPU tests (rc $gpu_rc, $((mid - start)) s)"; grep -E "PASSED|FAILED|SKIPPED|ERROR|passed|failed" "$out/gpu-tests.log" | tail -n 14
+echo "== main job (rc $main_rc, $((end - mid)) s)"; sed -n '/= ptxbench =/,$p' "$out/main-job.log" | head -n 12

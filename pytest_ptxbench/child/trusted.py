@@ -1,0 +1,155 @@
+"""The trusted child: torch. It generates every input set from the seed, computes the references and
+times the baseline under the same protocol as the candidate. It never loads a candidate's code."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import wire
+from .cudart import Runtime
+from .timing import Clock, RunFailed
+from .tracing import Tracer
+
+TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def _resolve(path: str) -> Callable[..., Any]:
+    module, _, name = path.partition(":")
+    function: Callable[..., Any] = getattr(importlib.import_module(module), name)
+    return function
+
+
+def _seed(*parts: object) -> int:
+    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "little")
+
+
+def generate(shape: list[int], dtype: str, distribution: dict[str, Any], seed: int) -> torch.Tensor:
+    """Seeded values on the GPU: normal, uniform, or normal with a fraction of large outliers."""
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    name = distribution["name"]
+    if name == "uniform":
+        low, high = distribution.get("low", -1.0), distribution.get("high", 1.0)
+        values = torch.rand(shape, generator=generator, device="cuda") * (high - low) + low
+    else:
+        values = torch.randn(shape, generator=generator, device="cuda") * distribution.get("std", 1.0)
+        if name == "spiky":
+            outliers = torch.rand(shape, generator=generator, device="cuda") < distribution["outlier_fraction"]
+            values = torch.where(outliers, values * distribution["outlier_scale"], values)
+    return values.to(TORCH_DTYPES[dtype])
+
+
+def _raw(tensor: torch.Tensor) -> bytes:
+    flat = tensor.contiguous().view(-1)
+    if flat.dtype == torch.bfloat16:
+        flat = flat.view(torch.int16)
+    return bytes(flat.cpu().numpy().tobytes())
+
+
+class Shape:
+    """Input sets, references and the baseline for one (task, shape)."""
+
+    def __init__(self, request: dict[str, Any]) -> None:
+        self.params: list[dict[str, Any]] = request["params"]
+        self.values: dict[str, Any] = request["values"]
+        folder = Path(request["folder"])
+        reference = _resolve(request["reference"])
+        derive = importlib.import_module(request["reference"].partition(":")[0]).DERIVED_INPUTS.get(request["family"])
+        self.baseline = _resolve(request["baseline"])
+        self.sets: list[dict[str, torch.Tensor]] = []
+        self.files: list[dict[str, dict[str, str]]] = []
+        for index, distribution in enumerate(request["distributions"]):
+            tensors = {
+                p["name"]: generate(
+                    p["shape"], p["dtype"], distribution, _seed(request["seed"], request["key"], index, p["name"])
+                )
+                for p in self.params
+                if p["role"] == "input"
+            }
+            if derive is not None:
+                tensors.update(derive(tensors, self.values))
+            with torch.no_grad():
+                expected = reference(tensors, self.values)
+            files: dict[str, dict[str, str]] = {"inputs": {}, "reference": {}}
+            for name, tensor in tensors.items():
+                path = folder / str(index) / "inputs" / f"{name}.bin"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(_raw(tensor))
+                files["inputs"][name] = str(path)
+            for name, tensor in expected.items():
+                path = folder / str(index) / "reference" / f"{name}.bin"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(_raw(tensor.float()))
+                files["reference"][name] = str(path)
+            self.sets.append(tensors)
+            self.files.append(files)
+        self.current = {n: t.clone() for n, t in self.sets[0].items()}
+        self.outputs = {
+            p["name"]: torch.empty(p["shape"], dtype=TORCH_DTYPES[p["dtype"]], device="cuda")
+            for p in self.params
+            if p["role"] == "output"
+        }
+        self.state: dict[str, Any] = {}
+
+    def prepare(self, index: int) -> None:
+        for name, tensor in self.sets[index % len(self.sets)].items():
+            self.current[name].copy_(tensor)
+        for tensor in self.outputs.values():
+            tensor.fill_(float("nan"))
+
+    def call(self) -> int:
+        self.baseline(self.current, self.outputs, self.values, self.state)
+        return 0
+
+
+class Trusted:
+    def __init__(self) -> None:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        library = Path(torch.__file__).parent.parent / "nvidia" / "cu13" / "lib" / "libcudart.so.13"
+        self.rt = Runtime(library if library.exists() else Path(os.environ["PTXBENCH_CUDART"]))
+        self.shapes: dict[str, Shape] = {}
+        self.clock: Clock | None = None
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        op = request.get("op")
+        if op == "prepare":
+            if request["key"] not in self.shapes:
+                self.shapes = {request["key"]: Shape(request)}  # one shape's sets at a time
+            return {
+                "sets": self.shapes[request["key"]].files,
+                "torch": torch.__version__,
+                "cudnn": torch.backends.cudnn.version(),
+                "device": torch.cuda.get_device_name(),
+            }
+        if op == "time":
+            shape = self.shapes[request["key"]]
+            if self.clock is None:
+                self.clock = Clock(self.rt, Tracer(), torch.cuda.current_stream().cuda_stream)
+            runs = self.clock.runs(int(request["runs"]), int(request["first"]), shape.prepare, shape.call)
+            return {"runs": runs, "idle": self.rt.synchronize() == 0}
+        raise ValueError(f"unknown request {op!r}")
+
+
+def serve() -> None:
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    trusted = Trusted()
+    while (request := wire.receive(sys.stdin)) is not None:
+        if request.get("op") == "exit":
+            break
+        try:
+            wire.send(replies, {"ok": True, **trusted.handle(request)})
+        except (RunFailed, RuntimeError, ValueError, KeyError, OSError) as exc:
+            wire.send(replies, {"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+
+
+if __name__ == "__main__":
+    serve()

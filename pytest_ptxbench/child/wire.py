@@ -1,0 +1,60 @@
+"""What parent and children exchange: one JSON object per line, and arrays as raw files.
+
+No pickle crosses a process boundary: a child's answers are data, never code.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+# Storage dtypes: bf16 travels as its raw 16 bits.
+NUMPY: dict[str, np.dtype[Any]] = {
+    "bf16": np.dtype(np.uint16),
+    "fp16": np.dtype(np.float16),
+    "fp32": np.dtype(np.float32),
+}
+ITEMSIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+def send(stream: IO[str], message: dict[str, Any]) -> None:
+    stream.write(json.dumps(message) + "\n")
+    stream.flush()
+
+
+def receive(stream: IO[str]) -> dict[str, Any] | None:
+    """The next message, or None at end of stream."""
+    line = stream.readline()
+    if not line:
+        return None
+    message = json.loads(line)
+    if not isinstance(message, dict):
+        raise ValueError(f"expected a JSON object, got {line[:200]!r}")
+    return message
+
+
+def save(path: Path, array: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.ascontiguousarray(array).tofile(path)
+
+
+def load(path: Path, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A raw array file as written by `save`; the size must match the shape exactly."""
+    expected = int(np.prod(shape)) * ITEMSIZE[dtype]
+    actual = path.stat().st_size
+    if actual != expected:
+        raise ValueError(f"{path}: {actual} bytes, expected {expected} for {dtype}{list(shape)}")
+    array: np.ndarray = np.fromfile(str(path), dtype=NUMPY[dtype]).reshape(shape)
+    return array
+
+
+def bf16_to_float(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def as_float(array: np.ndarray, dtype: str) -> np.ndarray:
+    """Stored values as float32 (bf16 from its bits)."""
+    return bf16_to_float(array) if dtype == "bf16" else array.astype(np.float32)

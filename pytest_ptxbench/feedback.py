@@ -1,0 +1,88 @@
+"""The message a model gets after each turn, rendered from the structured verdicts (never from logs
+searched for words)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .verdict import Status, Verdict
+
+MAX_LOG_LINES = 40
+MAX_LOG_CHARS = 3000
+# Paths and tool facts that mean nothing to the model.
+_HIDDEN_DATA = {"log", "library", "flags", "nvcc", "cuobjdump", "linked_driver", "summary", "log_tail", "kernels", "found"}
+
+
+def expected(declaration: str) -> str:
+    return f"Reply with the whole .cu file in one ```cuda block that defines the launcher:\n{declaration}"
+
+
+def no_kernel(problem: str, declaration: str) -> str:
+    """Feedback for a reply from which no kernel could be taken."""
+    return f"No kernel was evaluated: {problem}.\n{expected(declaration)}"
+
+
+def render(verdicts: Sequence[Verdict], declaration: str) -> str:
+    """One paragraph per stage, GPU stages skipped for one reason folded into one line."""
+    lines: list[str] = []
+    skipped: dict[str, list[str]] = {}
+    names: dict[str, str] = next((v.data.get("kernels", {}) for v in verdicts if v.stage == "inspect"), {})
+    for verdict in verdicts:
+        if verdict.status in (Status.SKIPPED, Status.TOOL_UNAVAILABLE):
+            skipped.setdefault(f"{verdict.status.value}: {verdict.message}", []).append(verdict.stage)
+            continue
+        if verdict.stage == "build":
+            lines += _build(verdict, names)
+        else:
+            lines.append(f"{verdict.stage} {verdict.status.value}: {verdict.message}")
+            lines += _figures(verdict.data)
+    lines += [f"{', '.join(stages)} {why}" for why, stages in skipped.items()]
+    if any(v.status is Status.FAILED for v in verdicts):
+        lines.append("Fix the failures above. " + expected(declaration))
+    elif verdicts and all(v.passed for v in verdicts):
+        lines.append("Every stage passed. Make it faster if you can. " + expected(declaration))
+    else:
+        lines.append("No stage failed. Improve the kernel if you can. " + expected(declaration))
+    return "\n".join(lines)
+
+
+def _build(verdict: Verdict, names: dict[str, str]) -> list[str]:
+    """The compile errors, or each kernel's registers, shared memory, stack and spills (readable names
+    from the inspect stage where it ran)."""
+    if verdict.status is Status.FAILED:
+        return [f"build failed: {_trim(verdict.message)}"]
+    lines = [f"build passed: {verdict.message}"]
+    for kernel, figures in sorted(verdict.data.get("resources", {}).items()):
+        spills = figures.get("spill_store_bytes", 0) + figures.get("spill_load_bytes", 0)
+        lines.append(
+            f"  {names.get(kernel, kernel)}: {figures.get('registers', '?')} registers, {figures.get('smem_bytes', 0)} bytes static smem, "
+            f"{figures.get('stack_bytes', 0)} bytes stack, {spills} bytes spilled"
+        )
+    lines += [f"  {w}" for w in verdict.data.get("warnings", [])]
+    return lines
+
+
+def _trim(log: str) -> str:
+    """The head of a compiler log: errors come first, and the rest repeats them."""
+    lines = log.splitlines()
+    kept = "\n".join(lines[:MAX_LOG_LINES])[:MAX_LOG_CHARS]
+    return kept + ("\n[... log trimmed]" if kept != log else "")
+
+
+def _figures(data: dict[str, Any]) -> list[str]:
+    """The numbers of a verdict (opcodes found, wrong elements, speedups), compactly."""
+    return [f"  {key}: {_compact(value)}" for key, value in data.items() if key not in _HIDDEN_DATA and value]
+
+
+def _compact(value: Any, depth: int = 0) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        if depth >= 2:
+            return "{...}"
+        return "{" + ", ".join(f"{k}: {_compact(v, depth + 1)}" for k, v in list(value.items())[:8]) + "}"
+    if isinstance(value, (list, tuple)):
+        shown = ", ".join(_compact(v, depth + 1) for v in value[:5])
+        return f"[{shown}{', ...' if len(value) > 5 else ''}]"
+    return str(value)[:200]

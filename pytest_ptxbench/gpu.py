@@ -1,0 +1,311 @@
+"""The GPU stages of one candidate on one shape: check → profile → sanitize → time.
+
+The pytest process only orchestrates: the trusted child (torch) makes inputs, references and baseline
+times; a fresh evaluation child per candidate runs the library; ncu and compute-sanitizer run it in
+one-shot children. Outputs are compared here, never in a process that holds the candidate.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .candidate import Candidate
+from .catalogue import AxisValue, Family, Shape, Task
+from .child import wire
+from .stages import check, profile, sanitize, timing
+from .targets import Target
+from .toolchain import find_library, find_tool
+from .verdict import Status, Verdict
+from .workers import Child, ChildFailed, child_command, child_environment
+
+TRUSTED_TIMEOUT = 900.0  # input sets and fp32 references of a large shape
+BLOCKS = 5  # timed runs alternate baseline and candidate in this many blocks each
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Input sets and references of one (task, shape), as files the trusted child wrote."""
+
+    key: str
+    values: dict[str, AxisValue]
+    params: list[dict[str, Any]]
+    sets: list[dict[str, dict[str, str]]]
+    labels: list[str]
+    libraries: dict[str, Any]
+
+
+def resolved_params(family: Family, values: dict[str, AxisValue]) -> list[dict[str, Any]]:
+    """The launcher's parameters with shapes and scalar values computed for one shape."""
+    out = []
+    for p in family.launcher.params:
+        entry: dict[str, Any] = {"name": p.name, "role": p.role, "ctype": p.ctype, "dtype": p.dtype}
+        if p.shape:
+            entry["shape"] = [int(d(values)) for d in p.shape]
+        if p.value is not None:
+            value = p.value(values)
+            entry["value"] = float(value) if p.ctype in ("float", "double") else int(value)
+        out.append(entry)
+    return out
+
+
+class GpuStages:
+    def __init__(self, settings: dict[str, Any], run_dir: Path) -> None:
+        self.settings = settings
+        self.run_dir = run_dir
+        shm = Path("/dev/shm")
+        self.scratch = Path(tempfile.mkdtemp(prefix="ptxbench-", dir=shm if shm.is_dir() else None))
+        self._trusted: Child | None = None
+        self._cached: dict[tuple[str, str, str], Verdict] = {}  # profile and sanitize, per (stage, kernel, task)
+
+    def close(self) -> None:
+        if self._trusted is not None:
+            self._trusted.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    # the trusted child -------------------------------------------------------------------------
+    def trusted(self) -> Child:
+        if self._trusted is None or not self._trusted.alive:
+            folder = self.scratch / "trusted"
+            cudart = {"PTXBENCH_CUDART": str(find_library("libcudart.so.13") or "")}
+            self._trusted = Child("trusted", folder, child_environment(folder, cudart))
+        return self._trusted
+
+    def prepare(self, family: Family, task: Task, shape_values: dict[str, AxisValue], label: str) -> Prepared:
+        values = {**task.axes, **shape_values}
+        key = f"{task.name}/{label}"
+        params = resolved_params(family, values)
+        reply = self.trusted().request(
+            {
+                "op": "prepare",
+                "key": key,
+                "family": family.name,
+                "reference": family.reference,
+                "baseline": family.baseline,
+                "params": params,
+                "values": values,
+                "seed": self.settings["seed"],
+                "folder": str(self.scratch / "sets" / key),
+                "distributions": [{"name": d.name, **d.params} for d in family.distributions],
+            },
+            timeout=TRUSTED_TIMEOUT,
+        )
+        if not reply["ok"]:
+            raise ChildFailed(f"the trusted child could not prepare {key}: {reply['error']}")
+        libraries = {k: reply[k] for k in ("torch", "cudnn", "device")}
+        return Prepared(key, values, params, reply["sets"], [d.name for d in family.distributions], libraries)
+
+    # one candidate on one shape ---------------------------------------------------------------
+    def evaluate(
+        self, candidate: Candidate, family: Family, task: Task, target: Target, shape: Shape, static: Sequence[Verdict]
+    ) -> list[Verdict]:
+        library = Path(static[0].data["library"])
+        own = dict(static[1].data["kernels"])  # mangled → readable
+        try:
+            prepared = self.prepare(family, task, dict(shape.values), shape.id)
+        except ChildFailed as exc:
+            return [Verdict("check", Status.TOOL_UNAVAILABLE, f"no reference: {exc}")]
+        folder = self.scratch / "candidates" / candidate.digest / prepared.key
+        env = child_environment(folder)
+        load = self._load_request(candidate, family, library, prepared)
+        child = Child("candidate", folder, env)
+        try:
+            verdicts = [self._check(child, load, family, prepared, folder)]
+            if not verdicts[0].passed:
+                return verdicts
+            verdicts.append(self._once("profile", candidate, family, task, target, shape, own, library))
+            verdicts.append(self._once("sanitize", candidate, family, task, target, shape, own, library))
+            verdicts.append(self._time(child, family, task, target, shape, own, folder))
+            return verdicts
+        finally:
+            child.close()
+
+    def _load_request(self, candidate: Candidate, family: Family, library: Path, prepared: Prepared) -> dict[str, Any]:
+        cudart = find_library("libcudart.so.13")
+        return {
+            "op": "load",
+            "cudart": str(cudart),
+            "library": str(library),
+            "launcher": family.launcher.name,
+            "params": prepared.params,
+            "workspace_bytes": int(family.workspace_bytes(prepared.values)),
+        }
+
+    def _check(self, child: Child, load: dict[str, Any], family: Family, prepared: Prepared, folder: Path) -> Verdict:
+        started = time.monotonic()
+        timeout = float(self.settings["call_timeout"])
+        comparisons: list[check.Comparison] = []
+        changed: list[str] = []
+        runs = [(i, check.POISONS[0]) for i in range(len(prepared.sets))] + [(0, check.POISONS[1])]
+        try:
+            for request in (load, {"op": "sets", "sets": [s["inputs"] for s in prepared.sets]}):
+                reply = child.request(request, timeout)
+                if not reply["ok"]:
+                    return Verdict(
+                        "check", Status.FAILED, f"{request['op']}: {reply['error']}", seconds=time.monotonic() - started
+                    )
+            for index, poison in runs:
+                out = folder / f"check-{index}-{poison:02x}"
+                reply = child.request(
+                    {"op": "check", "set": index, "poison": poison, "outputs_dir": str(out)}, timeout
+                )
+                if not reply["ok"]:
+                    return Verdict("check", Status.FAILED, reply["error"], seconds=time.monotonic() - started)
+                changed += reply["inputs_changed"]
+                label = f"{prepared.labels[index]}, poison 0x{poison:02X}"
+                comparisons += self._compare(family, prepared, index, reply["outputs"], label, poison)
+        except ChildFailed as exc:
+            return Verdict("check", Status.FAILED, str(exc), seconds=time.monotonic() - started)
+        return check.verdict(comparisons, family.matched_ratio, changed, time.monotonic() - started)
+
+    def _compare(
+        self, family: Family, prepared: Prepared, index: int, files: dict[str, str], label: str, poison: int
+    ) -> list[check.Comparison]:
+        out = []
+        for p in (p for p in prepared.params if p["role"] == "output"):
+            shape = tuple(p["shape"])
+            got = wire.load(Path(files[p["name"]]), p["dtype"], shape)
+            expected = wire.load(Path(prepared.sets[index]["reference"][p["name"]]), "fp32", shape)
+            out.append(
+                check.compare(p["name"], label, got, p["dtype"], expected, family.tolerances[p["dtype"]], poison)
+            )
+        return out
+
+    def _once(
+        self,
+        stage: str,
+        candidate: Candidate,
+        family: Family,
+        task: Task,
+        target: Target,
+        shape: Shape,
+        own: dict[str, str],
+        library: Path,
+    ) -> Verdict:
+        """profile (at the first shape evaluated) and sanitize (at the sanitizer shape), once per kernel and task."""
+        key = (stage, candidate.digest, task.name)
+        if key in self._cached:
+            return self._cached[key]
+        tool = find_tool("ncu" if stage == "profile" else "compute-sanitizer")
+        if tool is None:
+            return Verdict(
+                stage,
+                Status.TOOL_UNAVAILABLE,
+                f"requires {'ncu' if stage == 'profile' else 'compute-sanitizer'}, found none",
+            )
+        values = dict(shape.values) if stage == "profile" else dict(family.sanitizer_shape)
+        try:
+            prepared = self.prepare(family, task, values, "sanitizer" if stage == "sanitize" else shape.id)
+        except ChildFailed as exc:
+            return Verdict(stage, Status.TOOL_UNAVAILABLE, f"no inputs: {exc}")
+        folder = self.run_dir / "logs" / candidate.digest / task.name / stage  # plan, result and tool logs are kept
+        folder.mkdir(parents=True, exist_ok=True)
+        plan, result = folder / "plan.json", folder / "result.json"
+        plan.write_text(
+            json.dumps(
+                {
+                    "result": str(result),
+                    "requests": [
+                        self._load_request(candidate, family, library, prepared),
+                        {"op": "sets", "sets": [prepared.sets[0]["inputs"]]},
+                        {"op": "check", "set": 0, "poison": check.POISONS[0], "outputs_dir": str(self.scratch / "once" / candidate.digest / stage)},
+                    ],
+                }
+            )
+        )
+        child = child_command("candidate", "--once", str(plan))
+        env = child_environment(folder)
+        if stage == "profile":
+            verdict = profile.profile(
+                tool, child, plan, result, env, own, family.opcodes.get(target.name, ()), timeout=600
+            )
+            verdict.data["shape"] = shape.id
+        else:
+            verdict = sanitize.sanitize(tool, child, plan, result, env, timeout=600)
+            verdict.data["shape"] = dict(family.sanitizer_shape)
+        self._cached[key] = verdict
+        return verdict
+
+    def _time(
+        self, child: Child, family: Family, task: Task, target: Target, shape: Shape, own: dict[str, str], folder: Path
+    ) -> Verdict:
+        started = time.monotonic()
+        try:
+            prepared = self.prepare(family, task, dict(shape.values), shape.id)  # again: profile/sanitize moved on
+        except ChildFailed as exc:
+            return _time_error("baseline", str(exc), started)
+        runs, warmup = int(self.settings["runs"]), int(self.settings["warmup"])
+        timeout = float(self.settings["call_timeout"])
+        per_block = max(1, runs // BLOCKS)
+        trusted = self.trusted()
+        candidate_runs: list[dict[str, Any]] = []
+        baseline_runs: list[dict[str, Any]] = []
+        rechecks: list[check.Comparison] = []
+        try:
+            for who, request in (
+                ("baseline", {"op": "time", "key": prepared.key, "runs": warmup, "first": 0}),
+                ("candidate", {"op": "time", "runs": warmup, "first": 0, "outputs_dir": str(folder)}),
+            ):
+                reply = (trusted if who == "baseline" else child).request(request, timeout)
+                if not reply["ok"]:
+                    return _time_error(who, reply["error"], started)
+            first = warmup
+            while len(candidate_runs) < runs:
+                count = min(per_block, runs - len(candidate_runs))
+                reply = trusted.request(
+                    {"op": "time", "key": prepared.key, "runs": count, "first": first}, TRUSTED_TIMEOUT
+                )
+                if not reply["ok"]:
+                    return _time_error("baseline", reply["error"], started)
+                baseline_runs += reply["runs"]
+                reply = child.request(
+                    {
+                        "op": "time",
+                        "runs": count,
+                        "first": first,
+                        "save_last": True,
+                        "outputs_dir": str(folder / "timed"),
+                    },
+                    timeout,
+                )
+                if not reply["ok"]:
+                    return _time_error("candidate", reply["error"], started)
+                candidate_runs += reply["runs"]
+                for index, files in reply["saved"].items():
+                    i = int(index) % len(prepared.sets)
+                    rechecks += self._compare(family, prepared, i, files, f"timed run {index}", check.POISONS[0])
+                first += count
+        except ChildFailed as exc:
+            return Verdict("time", Status.FAILED, str(exc), seconds=time.monotonic() - started)
+        problems = timing.problems_in(candidate_runs, set(own))
+        drifted = [c.summary() for c in rechecks if not c.ok or c.wrong > (1 - family.matched_ratio) * c.elements]
+        if drifted:
+            problems.append("outputs of timed runs are wrong: " + "; ".join(drifted))
+        flops = family.flops(prepared.values)
+        nbytes = family.bytes(prepared.values)
+        data = {
+            "libraries": prepared.libraries,
+            "kernels": sorted({own.get(k["name"], k["name"]) for r in candidate_runs for k in r["kernels"]}),
+        }
+        return timing.verdict(
+            timing.series(candidate_runs),
+            timing.series(baseline_runs),
+            family.baseline_library,
+            target.name,
+            flops,
+            nbytes,
+            problems,
+            data,
+            time.monotonic() - started,
+        )
+
+
+def _time_error(who: str, error: str, started: float) -> Verdict:
+    status = Status.FAILED if who == "candidate" else Status.TOOL_UNAVAILABLE
+    return Verdict("time", status, f"the {who} failed while timing: {error}", seconds=time.monotonic() - started)

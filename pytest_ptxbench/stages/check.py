@@ -1,0 +1,112 @@
+"""Stage *check*: the candidate's outputs against the trusted reference, element by element.
+
+An element is wrong when its absolute AND relative error exceed the task's tolerance for its dtype, or
+when it is not finite. Poisoned elements left as they were are reported as never written; a second
+call on the first input set with a different, finite poison catches stale results. All-zero outputs
+and inputs the call changed fail too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..catalogue import Tolerance
+from ..child.wire import as_float
+from ..verdict import Status, Verdict
+
+POISONS = (0xFF, 0x7F)  # NaN in every float format; a huge finite value (bf16 0x7F7F, fp32 0x7F7F7F7F)
+WORST = 5
+
+
+@dataclass
+class Comparison:
+    output: str
+    label: str  # which input set / poison
+    elements: int
+    wrong: int
+    unwritten: int
+    all_zero: bool
+    max_abs_error: float
+    worst: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.unwritten == 0 and not self.all_zero
+
+    def summary(self) -> str:
+        parts = []
+        if self.unwritten:
+            parts.append(f"{self.unwritten} of {self.elements} elements of {self.output} never written")
+        if self.all_zero:
+            parts.append(f"{self.output} is all zeros")
+        if self.wrong:
+            parts.append(
+                f"{self.wrong} of {self.elements} elements of {self.output} wrong; worst: {'; '.join(self.worst)}"
+            )
+        return f"{', '.join(parts)} ({self.label})"
+
+
+def compare(
+    output: str, label: str, got: np.ndarray, dtype: str, expected: np.ndarray, tolerance: Tolerance, poison: int
+) -> Comparison:
+    """`got` holds the stored values (bf16 as raw bits); `expected` is fp32 of the same shape."""
+    poison_bits = int.from_bytes(bytes([poison]) * got.dtype.itemsize, "little")
+    unwritten = int(np.count_nonzero(got.view(f"u{got.dtype.itemsize}") == poison_bits))
+    values = as_float(got, dtype)
+    error = np.abs(values - expected)
+    bad = ~np.isfinite(values) | ((error > tolerance.atol) & (error > tolerance.rtol * np.abs(expected)))
+    wrong = int(np.count_nonzero(bad))
+    worst = []
+    if wrong:
+        ranked = np.where(bad, np.nan_to_num(error, nan=np.inf, posinf=np.inf), -1.0).ravel()
+        for flat in np.argsort(ranked)[::-1][:WORST]:
+            index = np.unravel_index(int(flat), got.shape)
+            worst.append(
+                f"{output}[{', '.join(map(str, index))}] = {values[index]:.6g}, expected {expected[index]:.6g}"
+            )
+    finite = np.isfinite(error)
+    return Comparison(
+        output,
+        label,
+        int(got.size),
+        wrong,
+        unwritten,
+        all_zero=bool(np.all(values == 0) and np.any(expected != 0)),
+        max_abs_error=float(error[finite].max()) if finite.any() else float("inf"),
+        worst=worst,
+    )
+
+
+def verdict(
+    comparisons: Sequence[Comparison], matched_ratio: float, changed_inputs: Sequence[str], seconds: float
+) -> Verdict:
+    problems = []
+    if changed_inputs:
+        problems.append(f"the call changed its inputs: {', '.join(sorted(set(changed_inputs)))}")
+    for c in comparisons:
+        if not c.ok or c.wrong > (1 - matched_ratio) * c.elements:
+            problems.append(c.summary())
+    data: dict[str, Any] = {
+        "comparisons": [
+            {
+                "output": c.output,
+                "label": c.label,
+                "elements": c.elements,
+                "wrong": c.wrong,
+                "unwritten": c.unwritten,
+                "max_abs_error": c.max_abs_error,
+                "worst": c.worst,
+            }
+            for c in comparisons
+        ],
+        "changed_inputs": sorted(set(changed_inputs)),
+    }
+    if problems:
+        return Verdict("check", Status.FAILED, "; ".join(problems), data, seconds)
+    labels = sorted({c.label.split(",")[0] for c in comparisons})
+    data["summary"] = f"{len(labels)} input sets"
+    return Verdict("check", Status.PASSED, f"correct on {', '.join(labels)}", data, seconds)

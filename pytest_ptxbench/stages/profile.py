@@ -1,0 +1,118 @@
+"""Stage *profile*: Nsight Compute counts what executed, per kernel launch, under the real workload.
+
+Every required opcode (with its modifiers) must have executed in a kernel of the candidate's own
+module; any other kernel is foreign; an empty, partial or NaN capture fails; ncu that cannot run here
+is `tool-unavailable`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import process
+from ..parsers import ncu, sass
+from ..toolchain import Tool
+from ..verdict import Status, Verdict
+
+METRICS = f"{ncu.TIME_METRIC},{ncu.OPCODES_METRIC}"
+
+
+def command(tool: Tool, log: Path) -> list[str]:
+    return [
+        str(tool.path),
+        "--clock-control",
+        "none",
+        "--print-kernel-base",
+        "mangled",
+        "--metrics",
+        METRICS,
+        "--print-metric-instances",
+        "details",
+        "--csv",
+        "--page",
+        "raw",
+        "--log-file",
+        str(log),
+    ]
+
+
+def profile(
+    tool: Tool,
+    child: Sequence[str],
+    plan: Path,
+    result: Path,
+    env: Mapping[str, str],
+    own_kernels: Mapping[str, str],
+    required: Sequence[str],
+    timeout: float,
+) -> Verdict:
+    """`own_kernels`: mangled name → readable name, from inspect."""
+    log = plan.with_suffix(".ncu.csv")
+    done = process.run([*command(tool, log), *child], timeout, cwd=plan.parent, env=env)
+    child_result = json.loads(result.read_text()) if result.exists() else None
+    if done.timed_out:
+        return Verdict(
+            "profile", Status.FAILED, f"the call did not finish under ncu within {timeout:.0f} s", seconds=done.seconds
+        )
+    if child_result is None or not child_result.get("ok"):
+        error = child_result["error"] if child_result else f"the child died (exit {done.returncode})"
+        return Verdict("profile", Status.FAILED, f"the candidate failed under ncu: {error}", seconds=done.seconds)
+    try:
+        launches = ncu.parse_raw_csv(log.read_text() if log.exists() else "")
+    except ncu.NcuParseError as exc:
+        return Verdict("profile", Status.FAILED, f"partial ncu capture: {exc}", seconds=done.seconds)
+    if not launches:
+        status = Status.TOOL_UNAVAILABLE if done.returncode != 0 else Status.FAILED
+        why = (
+            f"ncu exited {done.returncode}: {(done.stderr or done.stdout).strip()[-400:]}"
+            if done.returncode
+            else "no kernel was profiled"
+        )
+        return Verdict("profile", status, f"empty ncu capture: {why}", {"ncu": tool.version}, done.seconds)
+    return _judge(launches, own_kernels, required, tool.version, done.seconds)
+
+
+def _judge(
+    launches: list[ncu.Launch], own_kernels: Mapping[str, str], required: Sequence[str], version: str, seconds: float
+) -> Verdict:
+    foreign = sorted({launch.kernel for launch in launches} - set(own_kernels))
+    executed = {
+        pattern: sum(
+            n
+            for launch in launches
+            if launch.kernel in own_kernels
+            for mnemonic, n in launch.executed.items()
+            if sass.matches(pattern, mnemonic)
+        )
+        for pattern in required
+    }
+    per_kernel: dict[str, dict[str, Any]] = {}
+    for launch in launches:
+        entry = per_kernel.setdefault(own_kernels.get(launch.kernel, launch.kernel), {"launches": 0, "time_ms": 0.0})
+        entry["launches"] += 1
+        entry["time_ms"] += launch.time_ms
+        for pattern in required:
+            hits = {m: n for m, n in launch.executed.items() if sass.matches(pattern, m)}
+            for mnemonic, n in hits.items():
+                entry[mnemonic] = entry.get(mnemonic, 0) + n
+    data = {
+        "executed": executed,
+        "kernels": per_kernel,
+        "foreign": foreign,
+        "ncu": version,
+        "time_ms": sum(launch.time_ms for launch in launches),
+        "mangled": sorted({launch.kernel for launch in launches}),
+    }
+    problems = []
+    if foreign:
+        problems.append(f"kernels outside the candidate's module ran: {', '.join(foreign[:5])}")
+    never = [p for p, n in executed.items() if n == 0]
+    if never:
+        problems.append(f"{', '.join(never)} never executed in the candidate's kernels")
+    if problems:
+        return Verdict("profile", Status.FAILED, "; ".join(problems), data, seconds)
+    data["summary"] = ", ".join(f"{p} x{n}" for p, n in executed.items())
+    return Verdict("profile", Status.PASSED, f"executed {data['summary']}", data, seconds)

@@ -1,0 +1,124 @@
+"""The GPU stages on a real H100-class device: the reference GEMM passes every stage, planted
+candidates fail for the stated reason. Skipped with the reason on machines without such a device."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_ptxbench.candidate import Candidate
+from pytest_ptxbench.catalogue import Family, Shape, Task, load_family
+from pytest_ptxbench.device import detect_devices, device_for, missing_device
+from pytest_ptxbench.pipeline import Pipeline
+from pytest_ptxbench.rundir import RunDirectory
+from pytest_ptxbench.settings import OPTIONS
+from pytest_ptxbench.targets import TARGETS
+from pytest_ptxbench.verdict import Status, Verdict
+
+from .conftest import KERNELS, TASKS
+
+H100 = TARGETS["h100"]
+PLANTED = KERNELS / "planted"
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
+    devices = detect_devices()
+    if device_for(H100, devices) is None:
+        pytest.skip(missing_device(H100, devices))
+    settings: dict[str, Any] = {o.name: o.default for o in OPTIONS}
+    settings.update(runs=20, warmup=3, call_timeout=30, model="tests")
+    made = Pipeline(RunDirectory(tmp_path_factory.mktemp("run")), lambda: devices, settings)
+    yield made
+    made.close()
+
+
+@pytest.fixture(scope="module")
+def gemm() -> Family:
+    return load_family(TASKS / "gemm.yaml")
+
+
+def _task(family: Family, name: str) -> Task:
+    return next(t for t in family.tasks if t.name == name)
+
+
+def _run(
+    pipeline: Pipeline, family: Family, source: str, task: str = "gemm-n128-k2048", m: int = 256
+) -> dict[str, Verdict]:
+    candidate = Candidate(task, "h100", source, "planted")
+    shape = Shape({"M": m}, f"m{m}", hidden=False)
+    verdicts = pipeline.evaluate(candidate, family, _task(family, task), H100, [shape])
+    return {v.stage: v for v in verdicts}
+
+
+def _no_opcodes(family: Family) -> Family:
+    """The family with no required opcode, so SIMT-only planted kernels reach the GPU stages."""
+    return dataclasses.replace(family, opcodes={"h100": ()})
+
+
+def test_reference_gemm_passes_every_stage(pipeline: Pipeline, gemm: Family) -> None:
+    source = (TASKS / "reference/h100/gemm.cu").read_text()
+    verdicts = _run(pipeline, gemm, source, task="gemm-n7168-k5120", m=8192)
+    assert {s: v.status for s, v in verdicts.items()} == dict.fromkeys(
+        ("build", "inspect", "check", "profile", "sanitize", "time"), Status.PASSED
+    ), {s: v.message for s, v in verdicts.items()}
+    assert verdicts["profile"].data["executed"]["HGMMA.*.F32.BF16"] > 0
+    assert verdicts["time"].data["speedup"] > 0.5
+
+
+def test_ragged_m_is_correct(pipeline: Pipeline, gemm: Family) -> None:
+    verdicts = _run(pipeline, gemm, (TASKS / "reference/h100/gemm.cu").read_text(), task="gemm-n256-k7168", m=70)
+    assert verdicts["check"].passed, verdicts["check"].message
+
+
+@pytest.mark.parametrize("planted", ["never_launched_wgmma.cu", "dead_branch_wgmma.cu"])
+def test_tensor_core_code_that_never_runs_fails_profile(pipeline: Pipeline, gemm: Family, planted: str) -> None:
+    verdicts = _run(pipeline, gemm, (PLANTED / planted).read_text())
+    assert verdicts["inspect"].passed and verdicts["check"].passed
+    assert verdicts["profile"].status is Status.FAILED
+    assert "HGMMA.*.F32.BF16, UTMALDG never executed in the candidate's kernels" in verdicts["profile"].message
+
+
+def test_work_on_another_stream_fails_time(pipeline: Pipeline, gemm: Family) -> None:
+    source = (TASKS / "reference/h100/gemm.cu").read_text()
+    escaped = source.replace("SMEM_BYTES, stream>>>", "SMEM_BYTES, cudaStreamPerThread>>>")
+    assert escaped != source, "the reference's launch line changed: update this planted variant"
+    verdicts = _run(pipeline, gemm, escaped)
+    assert verdicts["check"].passed and verdicts["profile"].passed
+    assert verdicts["time"].status is Status.FAILED
+    assert "kernels ran on a stream other than the one the launcher is given" in verdicts["time"].message
+
+
+def test_wrong_error_code_fails_check(pipeline: Pipeline, gemm: Family) -> None:
+    verdicts = _run(pipeline, _no_opcodes(gemm), (PLANTED / "wrong_error_code.cu").read_text())
+    assert verdicts["check"].status is Status.FAILED
+    assert "the call returned cudaErrorInvalidValue" in verdicts["check"].message
+
+
+def test_out_of_bounds_write_fails_sanitize(pipeline: Pipeline, gemm: Family) -> None:
+    verdicts = _run(pipeline, _no_opcodes(gemm), (PLANTED / "out_of_bounds_write.cu").read_text())
+    assert verdicts["check"].passed, verdicts["check"].message
+    assert verdicts["sanitize"].status is Status.FAILED
+    assert "memcheck" in verdicts["sanitize"].data["findings"]
+
+
+def test_a_hang_fails_that_candidate_only(pipeline: Pipeline, gemm: Family) -> None:
+    verdicts = _run(pipeline, _no_opcodes(gemm), (PLANTED / "infinite_loop.cu").read_text())
+    assert verdicts["check"].status is Status.FAILED
+    assert "no answer to 'check' within 30 s" in verdicts["check"].message
+    after = _run(
+        pipeline,
+        _no_opcodes(gemm),
+        (PLANTED / "wrong_error_code.cu").read_text().replace("return cudaErrorInvalidValue;", "return cudaSuccess;"),
+    )
+    assert after["check"].passed, after["check"].message
+
+
+def test_stage_logs_are_kept(pipeline: Pipeline) -> None:
+    logs = Path(pipeline.run.path, "logs")
+    assert list(logs.glob("*/*/profile/plan.ncu.csv")), "ncu's CSV is kept in the run directory"
