@@ -63,7 +63,7 @@ def compare(
     worst = []
     if wrong:
         ranked = np.where(bad, np.nan_to_num(error, nan=np.inf, posinf=np.inf), -1.0).ravel()
-        for flat in np.argsort(ranked)[::-1][:WORST]:
+        for flat in np.argsort(ranked)[::-1][: min(wrong, WORST)]:
             index = np.unravel_index(int(flat), got.shape)
             worst.append(
                 f"{output}[{', '.join(map(str, index))}] = {values[index]:.6g}, expected {expected[index]:.6g}"
