@@ -11,7 +11,18 @@ from .verdict import Status, Verdict
 MAX_LOG_LINES = 40
 MAX_LOG_CHARS = 3000
 # Paths and tool facts that mean nothing to the model.
-_HIDDEN_DATA = {"log", "library", "flags", "nvcc", "cuobjdump", "linked_driver", "summary", "log_tail", "kernels", "found"}
+_HIDDEN_DATA = {
+    "log",
+    "library",
+    "flags",
+    "nvcc",
+    "cuobjdump",
+    "linked_driver",
+    "summary",
+    "log_tail",
+    "kernels",
+    "found",
+}
 
 
 def expected(declaration: str) -> str:

@@ -70,6 +70,13 @@ class GpuStages:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
     # the trusted child -------------------------------------------------------------------------
+    def _restart_trusted(self) -> None:
+        """After an error torch's CUDA state is suspect: the next request gets a fresh child."""
+        if self._trusted is not None:
+            self._trusted.kill()
+            self._trusted.close()
+            self._trusted = None
+
     def trusted(self) -> Child:
         if self._trusted is None or not self._trusted.alive:
             folder = self.scratch / "trusted"
@@ -97,6 +104,7 @@ class GpuStages:
             timeout=TRUSTED_TIMEOUT,
         )
         if not reply["ok"]:
+            self._restart_trusted()
             raise ChildFailed(f"the trusted child could not prepare {key}: {reply['error']}")
         libraries = {k: reply[k] for k in ("torch", "cudnn", "device")}
         return Prepared(key, values, params, reply["sets"], [d.name for d in family.distributions], libraries)
@@ -152,9 +160,7 @@ class GpuStages:
                     )
             for index, poison in runs:
                 out = folder / f"check-{index}-{poison:02x}"
-                reply = child.request(
-                    {"op": "check", "set": index, "poison": poison, "outputs_dir": str(out)}, timeout
-                )
+                reply = child.request({"op": "check", "set": index, "poison": poison, "outputs_dir": str(out)}, timeout)
                 if not reply["ok"]:
                     return Verdict("check", Status.FAILED, reply["error"], seconds=time.monotonic() - started)
                 changed += reply["inputs_changed"]
@@ -214,7 +220,12 @@ class GpuStages:
                     "requests": [
                         self._load_request(candidate, family, library, prepared),
                         {"op": "sets", "sets": [prepared.sets[0]["inputs"]]},
-                        {"op": "check", "set": 0, "poison": check.POISONS[0], "outputs_dir": str(self.scratch / "once" / candidate.digest / stage)},
+                        {
+                            "op": "check",
+                            "set": 0,
+                            "poison": check.POISONS[0],
+                            "outputs_dir": str(self.scratch / "once" / candidate.digest / stage),
+                        },
                     ],
                 }
             )
@@ -243,46 +254,53 @@ class GpuStages:
         runs, warmup = int(self.settings["runs"]), int(self.settings["warmup"])
         timeout = float(self.settings["call_timeout"])
         per_block = max(1, runs // BLOCKS)
-        trusted = self.trusted()
         candidate_runs: list[dict[str, Any]] = []
         baseline_runs: list[dict[str, Any]] = []
         rechecks: list[check.Comparison] = []
+
+        def baseline(count: int, first: int) -> list[dict[str, Any]]:
+            request = {"op": "time", "key": prepared.key, "runs": count, "first": first}
+            try:
+                reply = self.trusted().request(request, TRUSTED_TIMEOUT)
+            except ChildFailed as exc:
+                reply = {"ok": False, "error": str(exc)}
+            if not reply["ok"]:
+                self._restart_trusted()
+                raise _Stopped(_time_error("baseline", reply["error"], started))
+            runs: list[dict[str, Any]] = reply["runs"]
+            return runs
+
+        def candidate(count: int, first: int, save_last: bool) -> dict[str, Any]:
+            request = {
+                "op": "time",
+                "runs": count,
+                "first": first,
+                "save_last": save_last,
+                "outputs_dir": str(folder / "timed"),
+            }
+            try:
+                reply = child.request(request, timeout)
+            except ChildFailed as exc:
+                reply = {"ok": False, "error": str(exc)}
+            if not reply["ok"]:
+                raise _Stopped(_time_error("candidate", reply["error"], started))
+            return reply
+
         try:
-            for who, request in (
-                ("baseline", {"op": "time", "key": prepared.key, "runs": warmup, "first": 0}),
-                ("candidate", {"op": "time", "runs": warmup, "first": 0, "outputs_dir": str(folder)}),
-            ):
-                reply = (trusted if who == "baseline" else child).request(request, timeout)
-                if not reply["ok"]:
-                    return _time_error(who, reply["error"], started)
+            baseline(warmup, 0)
+            candidate(warmup, 0, save_last=False)
             first = warmup
             while len(candidate_runs) < runs:
                 count = min(per_block, runs - len(candidate_runs))
-                reply = trusted.request(
-                    {"op": "time", "key": prepared.key, "runs": count, "first": first}, TRUSTED_TIMEOUT
-                )
-                if not reply["ok"]:
-                    return _time_error("baseline", reply["error"], started)
-                baseline_runs += reply["runs"]
-                reply = child.request(
-                    {
-                        "op": "time",
-                        "runs": count,
-                        "first": first,
-                        "save_last": True,
-                        "outputs_dir": str(folder / "timed"),
-                    },
-                    timeout,
-                )
-                if not reply["ok"]:
-                    return _time_error("candidate", reply["error"], started)
+                baseline_runs += baseline(count, first)
+                reply = candidate(count, first, save_last=True)
                 candidate_runs += reply["runs"]
                 for index, files in reply["saved"].items():
                     i = int(index) % len(prepared.sets)
                     rechecks += self._compare(family, prepared, i, files, f"timed run {index}", check.POISONS[0])
                 first += count
-        except ChildFailed as exc:
-            return Verdict("time", Status.FAILED, str(exc), seconds=time.monotonic() - started)
+        except _Stopped as stop:
+            return stop.verdict
         problems = timing.problems_in(candidate_runs, set(own))
         drifted = [c.summary() for c in rechecks if not c.ok or c.wrong > (1 - family.matched_ratio) * c.elements]
         if drifted:
@@ -304,6 +322,12 @@ class GpuStages:
             data,
             time.monotonic() - started,
         )
+
+
+class _Stopped(Exception):
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__(verdict.message)
+        self.verdict = verdict
 
 
 def _time_error(who: str, error: str, started: float) -> Verdict:

@@ -17,8 +17,10 @@ mid=$(date +%s)
 python3 -m pytest tasks --ptx-model=reference -k gemm-n7168-k5120 --ptx-shapes=visible -rA --ptx-out=/tmp/run \
   > "$out/main-job.log" 2>&1; main_rc=$?
 end=$(date +%s)
+python3 scripts/controls.py /tmp/run > "$out/controls.log" 2>&1; controls_rc=$?
 tar czf "$out/logs.tgz" -C /tmp run/logs run/results.jsonl run/environment.json gpu-tests 2>/dev/null
 echo "== device"; cat "$out/nvidia-smi-query.csv"
 echo "== probes"; cat "$out/probes.txt"
 echo "== GPU tests (rc $gpu_rc, $((mid - start)) s)"; grep -E "PASSED|FAILED|SKIPPED|ERROR|passed|failed" "$out/gpu-tests.log" | tail -n 14
 echo "== main job (rc $main_rc, $((end - mid)) s)"; sed -n '/= ptxbench =/,$p' "$out/main-job.log" | head -n 12
+echo "== controls (rc $controls_rc)"; tail -n 8 "$out/controls.log"

@@ -33,6 +33,18 @@ def test_defaults(configured) -> None:  # type: ignore[no-untyped-def]
         "out": None,
         "require_gpu": False,
         "build_timeout": 300,
+        "call_timeout": 120,
+        "base_url": None,
+        "aliases": None,
+        "prices": None,
+        "request_timeout": 600.0,
+        "max_retries": 4,
+        "retry_delay": 2.0,
+        "reply_tokens": 32768,
+        "spend_cap": None,
+        "token_cap": None,
+        "target_speedup": None,
+        "resume": False,
     }
 
 
@@ -66,6 +78,14 @@ def test_flags(configured) -> None:  # type: ignore[no-untyped-def]
         (("--ptx-gpu=a100",), {}, "--ptx-gpu='a100': expected one of h100, b200, all"),
         ((), {"PTXBENCH_SHAPES": "some"}, "PTXBENCH_SHAPES='some': expected one of visible, hidden, all"),
         ((), {"PTXBENCH_SEED": "x"}, "PTXBENCH_SEED='x': invalid literal for int()"),
+        (("--ptx-spend-cap=0",), {}, "--ptx-spend-cap='0': must be greater than 0"),
+        (("--ptx-aliases=claude",), {}, "--ptx-aliases='claude': expected name=value pairs, got 'claude'"),
+        (("--ptx-aliases=claude=opus",), {}, "--ptx-aliases='claude=opus': claude=opus: expected provider:model"),
+        (
+            (),
+            {"PTXBENCH_PRICES": "m=1"},
+            "PTXBENCH_PRICES='m=1': m=1: expected <USD per 1M input tokens>/<USD per 1M output tokens>",
+        ),
     ],
 )
 def test_bad_values_name_their_source(configured, args: tuple[str, ...], env: dict[str, str], message: str) -> None:  # type: ignore[no-untyped-def]
@@ -78,3 +98,15 @@ def test_bad_values_name_their_source(configured, args: tuple[str, ...], env: di
 def test_unknown_marker_setting(configured) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(pytest.UsageError, match="unknown setting 'rounds'"):
         settings.resolve_all(configured(), {"rounds": 3})
+
+
+def test_model_options_parse(configured) -> None:  # type: ignore[no-untyped-def]
+    config = configured(
+        "--ptx-aliases=claude=anthropic:claude-x, qwen=openai-compatible:Qwen/Q",
+        "--ptx-resume",
+        ini="ptx_prices = my-model=0.5/2 other=1/4\nptx_target_speedup = 1.1",
+    )
+    resolved = settings.resolve_all(config)
+    assert resolved["aliases"] == {"claude": "anthropic:claude-x", "qwen": "openai-compatible:Qwen/Q"}
+    assert resolved["prices"] == {"my-model": [0.5, 2.0], "other": [1.0, 4.0]}
+    assert resolved["target_speedup"] == 1.1 and resolved["resume"] is True

@@ -1,0 +1,15 @@
+"""Resolved settings for driving agents and clients in-process: every option's default, then overrides."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_ptxbench.settings import OPTIONS
+
+
+def model_settings(**overrides: Any) -> dict[str, Any]:
+    values = {option.name: option.default for option in OPTIONS}
+    values.update(retry_delay=0.0, request_timeout=10.0)
+    unknown = set(overrides) - set(values)
+    assert not unknown, f"not settings: {unknown}"
+    return {**values, **overrides}

@@ -1,0 +1,273 @@
+"""The model agent's loop in-process: a fake OpenAI-compatible server, the real SDK, and (where the test
+is about verdicts) the real build and inspect stages."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_ptxbench.agents import NoKernel
+from pytest_ptxbench.candidate import Candidate
+from pytest_ptxbench.catalogue import Family
+from pytest_ptxbench.loop import ModelAgent
+from pytest_ptxbench.models.specs import parse_spec
+from pytest_ptxbench.pipeline import Pipeline
+from pytest_ptxbench.replay import ReplayAgent
+from pytest_ptxbench.rundir import RunDirectory
+from pytest_ptxbench.targets import TARGETS
+from pytest_ptxbench.verdict import STAGES, Status, Verdict
+
+from .conftest import KERNELS, TASKS
+from .fake_models import FakeModelServer, Step, conversation, fenced
+from .model_settings import model_settings
+
+pytest.importorskip("openai", reason="the openai SDK is not installed (pip install 'pytest-ptxbench[models]')")
+
+H100 = TARGETS["h100"]
+SECRET = "sk-test-secret-0123456789"
+REFERENCE = (TASKS / "reference" / "h100" / "gemm.cu").read_text()
+
+
+def kernel(name: str) -> str:
+    return (KERNELS / name).read_text()
+
+
+@pytest.fixture(autouse=True)
+def secret_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+
+
+class Rig:
+    """A run directory, a model agent for `openai:fake-model` at a fake server, and the real pipeline."""
+
+    def __init__(self, run: Path, server: FakeModelServer, family: Family, **settings: Any) -> None:
+        self.run, self.server, self.family = run, server, family
+        self.settings = model_settings(model="openai:fake-model", base_url=server.base_url, out=str(run), **settings)
+        self.pipeline = Pipeline(RunDirectory(run), lambda: [], self.settings)
+        spec = parse_spec("openai:fake-model", self.settings)
+        assert spec is not None
+        self.agent = ModelAgent(spec, self.settings, run)
+        self.task = family.tasks[0]
+
+    def judge(self, candidate: Candidate) -> list[Verdict]:
+        return self.pipeline.evaluate(candidate, self.family, self.task, H100, self.family.shapes("visible"))
+
+    def kernel(self, trajectory: int = 1, judge: Callable[[Candidate], list[Verdict]] | None = None) -> Any:
+        return self.agent.kernel(self.family, self.task, H100, trajectory, judge or self.judge)
+
+    def trajectory(self, trajectory: int = 1) -> dict[str, Any]:
+        path = self.run / "trajectories" / f"{self.task.name}-h100-t{trajectory}.json"
+        record: dict[str, Any] = json.loads(path.read_text())
+        return record
+
+
+@pytest.fixture
+def rig(tmp_path: Path, gemm: Family, toolchain: None) -> Iterator[Callable[..., Rig]]:
+    servers: list[FakeModelServer] = []
+
+    def make(script: list[Step], run: str = "run", **settings: Any) -> Rig:
+        server = FakeModelServer("openai", script).__enter__()
+        servers.append(server)
+        return Rig(tmp_path / run, server, gemm, **settings)
+
+    yield make
+    for server in servers:
+        server.__exit__()
+
+
+def statuses(turn: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(v["stage"], v["status"]) for v in turn["verdicts"]]
+
+
+def test_three_turns_through_build_and_inspect(rig: Callable[..., Rig]) -> None:
+    script = [
+        Step(fenced(kernel("syntax_error.cu"))),
+        Step(fenced(kernel("launcher_getenv.cu"))),
+        Step(fenced(REFERENCE)),
+    ]
+    r = rig(script, turns=3)
+    result = r.kernel()
+    assert isinstance(result, Candidate) and result.source.strip() == REFERENCE.strip()
+    assert result.origin == "openai:fake-model gemm-n128-k2048-h100-t1 turn 3"
+
+    record = r.trajectory()
+    one, two, three = record["turns"]
+    assert statuses(one) == [("build", "failed")]
+    assert 'error: expected a ";"' in one["verdicts"][0]["message"]
+    assert statuses(two) == [("build", "passed"), ("inspect", "failed")]
+    assert two["verdicts"][1]["data"]["forbidden_imports"] == ["getenv"]
+    assert statuses(three) == [("build", "passed"), ("inspect", "passed")] + [(s, "skipped") for s in STAGES[2:]]
+    # the model saw each turn's feedback, rendered from those verdicts
+    second, third = (list(conversation(r.server.requests[i])) for i in (1, 2))
+    assert 'build failed: nvcc exited 2:\ncandidate.cu(6): error: expected a ";"' in second[-1]
+    assert "host code imports symbols outside the allow-list: getenv" in third[-1]
+    assert third[-4] == second[-2] and len(third) == len(second) + 2  # history kept, nothing repeated
+
+    assert record["trajectory_format"] == "mini-swe-agent-1"
+    info = record["info"]
+    assert info["exit_status"] == "turns used" and info["submission"].strip() == REFERENCE.strip()
+    assert info["model_stats"] == {"instance_cost": None, "api_calls": 3}  # fake-model has no price
+    assert info["ptxbench"]["best_turn"] == 3 and info["ptxbench"]["budgets"] == {"1": 1}
+    assert info["ptxbench"]["tokens"] == {"input": 300, "output": 150}
+    assert [m["role"] for m in record["messages"]] == ["system", "user"] + ["assistant", "user"] * 3
+    for turn in record["turns"]:
+        saved = r.run / turn["kernel"]
+        assert saved.is_file() and turn["sha256"] in saved.name and turn["model_seconds"] >= 0
+    assert not [p for p in r.run.rglob("*") if p.is_file() and SECRET in p.read_text(errors="replace")]
+
+
+def test_replies_without_a_kernel_are_counted_turns(rig: Callable[..., Rig]) -> None:
+    script = [
+        Step("", refusal="I can't help with that."),
+        Step(fenced(kernel("wgmma_bf16.cu"), fence="python")),
+        Step("```cuda\n" + kernel("wgmma_bf16.cu")[:300], truncated=True),
+    ]
+    r = rig(script, turns=3)
+    result = r.kernel()
+    assert isinstance(result, NoKernel)
+    assert result.reason.startswith("openai:fake-model: no kernel after 3 turn(s) (turns used); see ")
+    problems = [t["problem"] for t in r.trajectory()["turns"]]
+    assert problems == [
+        "the reply declined (I can't help with that.) and holds no kernel",
+        "the code is in ```python, not in a ```cuda block",
+        "the ```cuda block is not closed: the code is incomplete (the reply stopped at the output-token limit)",
+    ]
+    feedback = list(conversation(r.server.requests[2]))[-1]
+    assert feedback.startswith("No kernel was evaluated: the code is in ```python")
+    assert 'extern "C" cudaError_t ptxbench_gemm(' in feedback
+    assert len(r.server.requests) == 3
+
+
+@pytest.mark.parametrize(
+    ("settings", "status"),
+    [
+        ({"spend_cap": 0.2, "prices": {"fake-model": [1000.0, 1000.0]}}, "spend cap reached ($0.3000 of $0.2)"),
+        ({"token_cap": 200}, "token cap reached (300 of 200 tokens)"),
+    ],
+)
+def test_a_cap_stops_the_run(rig: Callable[..., Rig], settings: dict[str, Any], status: str) -> None:
+    r = rig([Step("no code yet")], turns=8, **settings)
+    r.kernel()
+    record = r.trajectory()
+    assert record["info"]["exit_status"] == status and len(record["turns"]) == 2
+    second = r.kernel(trajectory=2)  # the cap holds for the whole run
+    assert isinstance(second, NoKernel) and status in second.reason
+    assert len(r.server.requests) == 2
+    assert len((r.run / "model-usage.jsonl").read_text().splitlines()) == 2
+
+
+def test_resume_after_an_interruption_loses_and_repeats_no_turn(rig: Callable[..., Rig]) -> None:
+    script = [Step(fenced(kernel(name))) for name in ("syntax_error.cu", "wgmma_bf16.cu", "launcher_getenv.cu")]
+    r = rig(script, turns=3)
+    judged: list[str] = []
+
+    def interrupted(candidate: Candidate) -> list[Verdict]:
+        if judged:
+            raise KeyboardInterrupt  # Ctrl-C while the second kernel builds
+        judged.append(candidate.digest)
+        return r.judge(candidate)
+
+    with pytest.raises(KeyboardInterrupt):
+        r.kernel(judge=interrupted)
+    saved = r.trajectory()
+    assert saved["info"]["exit_status"] == "running"
+    assert [t["verdicts"] is not None for t in saved["turns"]] == [True, False]  # turn 2 replied, not judged
+    assert (r.run / saved["turns"][1]["kernel"]).is_file()
+
+    r.settings["resume"] = True
+    r.kernel()
+    record = r.trajectory()
+    assert [t["turn"] for t in record["turns"]] == [1, 2, 3]
+    assert [statuses(t)[-1] for t in record["turns"]] == [
+        ("build", "failed"),
+        ("inspect", "failed"),
+        ("inspect", "failed"),
+    ]
+    assert len(r.server.requests) == 3  # turn 2's reply was judged, not asked for again
+    replies = [m for m in conversation(r.server.requests[2]) if m.startswith("Here is the kernel")]
+    assert len(replies) == 2
+
+
+def passing(speedups: list[float]) -> Callable[[Candidate], list[Verdict]]:
+    """A stand-in for the GPU pipeline: every stage passes, `time` reports the next speedup."""
+    queue = iter(speedups)
+
+    def judge(candidate: Candidate) -> list[Verdict]:
+        verdicts = [Verdict(stage, Status.PASSED, "ok") for stage in STAGES[:-1]]
+        return [*verdicts, Verdict("time", Status.PASSED, "timed", {"speedup": next(queue), "median_ms": 1.0})]
+
+    return judge
+
+
+def test_best_kernel_by_speedup_and_per_budget(rig: Callable[..., Rig]) -> None:
+    r = rig([Step(fenced(kernel("wgmma_bf16.cu").replace("0.f", f"{i}.f"))) for i in range(5)], turns=5)
+    result = r.kernel(judge=passing([0.5, 1.3, 0.9, 0.7, 1.1]))
+    ptxbench = r.trajectory()["info"]["ptxbench"]
+    assert ptxbench["best_turn"] == 2 and ptxbench["budgets"] == {"1": 1, "4": 2}
+    assert isinstance(result, Candidate) and result.origin.endswith("turn 2")
+
+
+def test_early_stop_at_the_target_speedup(rig: Callable[..., Rig]) -> None:
+    r = rig([Step(fenced(kernel("wgmma_bf16.cu").replace("0.f", f"{i}.f"))) for i in range(3)], target_speedup=1.0)
+    r.kernel(judge=passing([0.8, 1.05, 2.0]))
+    record = r.trajectory()
+    assert record["info"]["exit_status"] == "target speedup reached" and len(record["turns"]) == 2
+    assert len(r.server.requests) == 2
+
+
+def test_a_failing_trajectory_does_not_raise(rig: Callable[..., Rig]) -> None:
+    r = rig([Step(fenced(kernel("wgmma_bf16.cu")))], turns=2)
+
+    def broken(candidate: Candidate) -> list[Verdict]:
+        raise RuntimeError("disk full")
+
+    result = r.kernel(judge=broken)
+    assert isinstance(result, NoKernel) and "(error: RuntimeError: disk full)" in result.reason
+    assert r.trajectory()["info"]["ptxbench"]["error"] == "RuntimeError: disk full"
+
+
+def test_model_error_ends_the_trajectory_with_the_best_so_far(rig: Callable[..., Rig]) -> None:
+    r = rig([Step(fenced(REFERENCE)), Step(status=503)], turns=4, max_retries=1)
+    result = r.kernel()
+    info = r.trajectory()["info"]
+    assert info["exit_status"] == "model error" and "503" in info["ptxbench"]["error"]
+    assert isinstance(result, Candidate) and result.origin.endswith("turn 1")
+
+
+def test_replay_reproduces_the_verdicts(rig: Callable[..., Rig], tmp_path: Path) -> None:
+    script = [Step(fenced(kernel("syntax_error.cu"))), Step("no code"), Step(fenced(kernel("launcher_getenv.cu")))]
+    r = rig(script, turns=3)
+    r.kernel()
+    replay = ReplayAgent.open(f"replay:{r.run}", tmp_path / "again")
+    again = Pipeline(RunDirectory(tmp_path / "again"), lambda: [], r.settings)
+    result = replay.kernel(
+        r.family, r.task, H100, 1, lambda c: again.evaluate(c, r.family, r.task, H100, r.family.shapes("visible"))
+    )
+    assert isinstance(result, Candidate) and result.source == kernel("launcher_getenv.cu") + "\n"
+    old, new = (
+        r.trajectory(),
+        json.loads((tmp_path / "again" / "trajectories" / "gemm-n128-k2048-h100-t1.json").read_text()),
+    )
+    assert new["info"]["ptxbench"]["replay_of"] == {
+        "run": str(r.run.resolve()),
+        "trajectory": str(r.run.resolve() / "trajectories" / "gemm-n128-k2048-h100-t1.json"),
+    }
+    for before, after in zip(old["turns"], new["turns"], strict=True):
+        assert [(v["stage"], v["status"], v["message"]) for v in before["verdicts"]] == [
+            (v["stage"], v["status"], v["message"]) for v in after["verdicts"]
+        ]
+        assert after["replayed"] and after["feedback"] == before["feedback"]
+    assert new["info"]["model_stats"] == {"instance_cost": 0, "api_calls": 0}
+    assert len(r.server.requests) == 3  # no model call
+
+
+def test_replay_needs_a_run_directory(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"has no trajectories/ folder \(not a model agent's run\)"):
+        ReplayAgent.open(f"replay:{tmp_path}", tmp_path / "new")
+    (tmp_path / "trajectories").mkdir()
+    with pytest.raises(ValueError, match="must be recorded in another run directory"):
+        ReplayAgent.open(f"replay:{tmp_path}", tmp_path)

@@ -1,0 +1,162 @@
+"""Model agents as a user drives them: pytest on the task catalogue with a provider at a local fake
+server, a replay of that run, a run killed and resumed, and the collection errors of bad settings."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_ptxbench.verdict import STAGES
+
+from .conftest import KERNELS, TASKS
+from .fake_models import FakeModelServer, Step, fenced
+
+REFERENCE = (TASKS / "reference" / "h100" / "gemm.cu").read_text()
+SECRET = "sk-test-secret-0123456789"
+SELECT = ("-k", "gemm-n128-k2048", "--ptx-shapes=visible", "-rs")
+PROVIDERS = {  # provider → (SDK module, key variable or None)
+    "openai": ("openai", None),  # a local OpenAI-compatible server needs no key
+    "anthropic": ("anthropic", "ANTHROPIC_API_KEY"),
+    "gemini": ("google.genai", "GEMINI_API_KEY"),
+}
+SKIP_REASON = (
+    "passed: build, inspect (HGMMA.64x256x16.F32.BF16, UTMALDG.2D in gemm_bf16_tn_kernel); "
+    "needs an sm_90 device (H100-class), found none"
+)
+
+
+def rows(run: Path) -> list[dict[str, Any]]:
+    return sorted(
+        (json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()), key=lambda r: r["id"]
+    )
+
+
+def trajectory(run: Path) -> dict[str, Any]:
+    record: dict[str, Any] = json.loads((run / "trajectories" / "gemm-n128-k2048-h100-t1.json").read_text())
+    return record
+
+
+def judged(record: dict[str, Any]) -> list[list[tuple[str, str, str]]]:
+    return [[(v["stage"], v["status"], v["message"]) for v in t["verdicts"]] for t in record["turns"]]
+
+
+@pytest.fixture
+def keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize("provider", list(PROVIDERS))
+def test_provider_run_then_replay(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, keys: None, provider: str
+) -> None:
+    module, key = PROVIDERS[provider]
+    pytest.importorskip(module, reason=f"the {module} SDK is not installed (pip install 'pytest-ptxbench[models]')")
+    if key:
+        monkeypatch.setenv(key, SECRET)
+    out, again = project.path / "run", project.path / "again"
+    script = [
+        Step(fenced(KERNELS.joinpath("syntax_error.cu").read_text())),
+        Step(fenced(REFERENCE), reasoning="use TMA"),
+    ]
+    with FakeModelServer(provider, script) as server:
+        result = project.runpytest_subprocess(
+            "tasks", f"--ptx-model={provider}:fake-model", f"--ptx-base-url={server.base_url}",
+            "--ptx-turns=2", f"--ptx-out={out}", *SELECT,
+        )  # fmt: skip
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines([f"SKIPPED [[]2[]] *: {SKIP_REASON}"])
+    assert len(server.requests) == 2  # one trajectory serves both shape tests
+
+    record = trajectory(out)
+    assert [[(s, st) for s, st, _ in turn] for turn in judged(record)] == [
+        [("build", "failed")],
+        [("build", "passed"), ("inspect", "passed")] + [(s, "skipped") for s in STAGES[2:]],
+    ]
+    assert record["turns"][1]["reply"]["reasoning"] == "use TMA"
+    assert record["info"]["config"]["model"]["provider"] == provider
+    results = rows(out)
+    assert [r["outcome"] for r in results] == ["skipped", "skipped"]
+    assert {r["candidate"]["origin"] for r in results} == {f"{provider}:fake-model gemm-n128-k2048-h100-t1 turn 2"}
+    assert {r["candidate"]["sha256"] for r in results} == {record["turns"][1]["sha256"]}
+    assert not [p for p in out.rglob("*") if p.is_file() and SECRET in p.read_text(errors="replace")]
+
+    replayed = project.runpytest_subprocess("tasks", f"--ptx-model=replay:{out}", f"--ptx-out={again}", *SELECT)
+    replayed.assert_outcomes(skipped=2)
+    assert judged(trajectory(again)) == judged(record)
+    assert [(r["id"], r["outcome"], r["reason"], r["candidate"]["sha256"]) for r in rows(again)] == [
+        (r["id"], r["outcome"], r["reason"], r["candidate"]["sha256"]) for r in results
+    ]
+    assert trajectory(again)["info"]["ptxbench"]["replay_of"]["run"] == str(out)
+    environment = json.loads((again / "environment.json").read_text())
+    assert environment["settings"]["model"] == f"replay:{out}"
+
+
+def test_missing_key_skips_with_the_variable(project: pytest.Pytester, keys: None) -> None:
+    pytest.importorskip("anthropic", reason="the anthropic SDK is not installed")
+    result = project.runpytest_subprocess("tasks", "--ptx-model=claude", *SELECT)
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines(["SKIPPED [[]2[]] *: --ptx-model=claude: set ANTHROPIC_API_KEY to call anthropic"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("--ptx-model=replay:/no/such/run",),
+            "--ptx-model=replay:/no/such/run: /no/such/run has no trajectories/ folder*",
+        ),
+        (("--ptx-model=gpt", "--ptx-resume"), "--ptx-resume needs --ptx-out=<the interrupted run's directory>"),
+        (
+            ("--ptx-model=openai:my-model", "--ptx-spend-cap=5"),
+            "--ptx-model=openai:my-model: a spend cap needs the price of my-model: give it with --ptx-prices=*",
+        ),
+    ],
+)
+def test_bad_model_settings_stop_collection(project: pytest.Pytester, args: tuple[str, ...], message: str) -> None:
+    pytest.importorskip("openai", reason="the openai SDK is not installed")
+    result = project.runpytest_subprocess("tasks", "--collect-only", *args)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([message])
+
+
+def test_a_killed_run_resumes_without_losing_or_repeating_a_turn(project: pytest.Pytester, keys: None) -> None:
+    pytest.importorskip("openai", reason="the openai SDK is not installed")
+    out = project.path / "run"
+    kernels = [
+        fenced(KERNELS.joinpath(name).read_text())
+        for name in ("syntax_error.cu", "wgmma_bf16.cu", "launcher_getenv.cu")
+    ]
+    script = [Step(kernels[0]), Step(kernels[1], delay=60.0), Step(kernels[1]), Step(kernels[2])]
+    args = ["tasks", "--ptx-model=openai-compatible:fake-model", "--ptx-turns=3", f"--ptx-out={out}", *SELECT]
+    with FakeModelServer("openai", script) as server:
+        args.append(f"--ptx-base-url={server.base_url}")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "pytest", *args], cwd=project.path, start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy(),
+        )  # fmt: skip
+        deadline = time.monotonic() + 120
+        while len(server.requests) < 2 and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGKILL)  # killed while the model writes turn 2
+        process.wait()
+        assert len(server.requests) == 2
+        killed = trajectory(out)
+        assert killed["info"]["exit_status"] == "running" and [t["turn"] for t in killed["turns"]] == [1]
+
+        result = project.runpytest_subprocess(*args, "--ptx-resume")
+    result.assert_outcomes(failed=2)  # every inspect failed: the best is the latest kernel
+    record = trajectory(out)
+    assert [t["turn"] for t in record["turns"]] == [1, 2, 3]
+    assert judged(record)[0] == judged(killed)[0]  # turn 1 kept as it was
+    assert [t[-1][:2] for t in judged(record)] == [("build", "failed"), ("inspect", "failed"), ("inspect", "failed")]
+    assert len(server.requests) == 4  # 1 done + 1 killed + turns 2 and 3
+    assert record["info"]["exit_status"] == "turns used" and record["info"]["model_stats"]["api_calls"] == 3
