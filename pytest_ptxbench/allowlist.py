@@ -66,6 +66,8 @@ _C_RUNTIME = {
     "_ITM_deregisterTMCloneTable",
     "_ITM_registerTMCloneTable",
     "__gmon_start__",
+    "exit",  # exit and abort end only the candidate's own evaluation child
+    "abort",
     "_Znwm",
     "_Znam",
     "_ZdlPv",

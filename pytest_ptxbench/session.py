@@ -105,7 +105,7 @@ class Harness:
                 raise pytest.Collector.CollectError(str(exc)) from None
             if made is None:
                 raise pytest.Collector.CollectError(
-                    f"--ptx-model={spec}: unknown model (known here: reference, file:<dir>)"
+                    f"--ptx-model={spec}: unknown model (known: reference, file:<dir>, replay:<run dir>, gemini, claude, gpt, qwen, provider:model)"
                 )
             self._agents[directory] = made
         return self._agents[directory]

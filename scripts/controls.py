@@ -112,7 +112,6 @@ def stage_times(run: Path) -> list[str]:
 
 
 if __name__ == "__main__":
-    out = aa_and_graph()
-    if len(sys.argv) > 1:
-        out += stage_times(Path(sys.argv[1]))
-    print("\n".join(out))
+    print("\n".join(aa_and_graph()), flush=True)
+    if len(sys.argv) > 1 and Path(sys.argv[1], "results.jsonl").exists():
+        print("\n".join(stage_times(Path(sys.argv[1]))))

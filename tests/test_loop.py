@@ -271,3 +271,14 @@ def test_replay_needs_a_run_directory(tmp_path: Path) -> None:
     (tmp_path / "trajectories").mkdir()
     with pytest.raises(ValueError, match="must be recorded in another run directory"):
         ReplayAgent.open(f"replay:{tmp_path}", tmp_path)
+
+
+def test_trajectories_are_independent(rig: Callable[..., Rig]) -> None:
+    r = rig([Step("no code")], turns=2)
+    r.kernel(trajectory=1)
+    r.kernel(trajectory=2)
+    first, second = r.trajectory(1), r.trajectory(2)
+    assert len(first["turns"]) == len(second["turns"]) == 2
+    assert second["info"]["ptxbench"]["trajectory"] == 2
+    assert len(list(conversation(r.server.requests[1]))) == 4  # system, card, reply, feedback
+    assert len(list(conversation(r.server.requests[2]))) == 2  # trajectory 2 starts from system and card alone

@@ -59,7 +59,12 @@ class Clock:
                     "event_ms": event_ms,
                     "span_ms": span_ms(kernels),
                     "kernels": [
-                        {"name": k.name, "stream": k.stream, "ms": (k.end_ns - k.start_ns) / 1e6} for k in kernels
+                        {
+                            "name": k.name,
+                            "given_stream": k.stream == self.stream_id,
+                            "ms": (k.end_ns - k.start_ns) / 1e6,
+                        }
+                        for k in kernels
                     ],
                 }
             )
