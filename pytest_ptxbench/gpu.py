@@ -150,6 +150,7 @@ class GpuStages:
         timeout = float(self.settings["call_timeout"])
         comparisons: list[check.Comparison] = []
         changed: list[str] = []
+        overruns: list[str] = []
         runs = [(i, check.POISONS[0]) for i in range(len(prepared.sets))] + [(0, check.POISONS[1])]
         try:
             for request in (load, {"op": "sets", "sets": [s["inputs"] for s in prepared.sets]}):
@@ -164,11 +165,12 @@ class GpuStages:
                 if not reply["ok"]:
                     return Verdict("check", Status.FAILED, reply["error"], seconds=time.monotonic() - started)
                 changed += reply["inputs_changed"]
+                overruns += reply["overruns"]
                 label = f"{prepared.labels[index]}, poison 0x{poison:02X}"
                 comparisons += self._compare(family, prepared, index, reply["outputs"], label, poison)
         except ChildFailed as exc:
             return Verdict("check", Status.FAILED, str(exc), seconds=time.monotonic() - started)
-        return check.verdict(comparisons, family.matched_ratio, changed, time.monotonic() - started)
+        return check.verdict(comparisons, family.matched_ratio, changed, overruns, time.monotonic() - started)
 
     def _compare(
         self, family: Family, prepared: Prepared, index: int, files: dict[str, str], label: str, poison: int

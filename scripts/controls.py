@@ -52,6 +52,7 @@ def aa_and_graph() -> list[str]:
         }
         assert other.request(request, TRUSTED_TIMEOUT)["ok"]
         series: dict[str, list[float]] = {"A": [], "B": []}
+        events: dict[str, list[float]] = {"A": [], "B": []}
         for child in (stages.trusted(), other):
             child.request({"op": "time", "key": prepared.key, "runs": WARMUP, "first": 0}, TRUSTED_TIMEOUT)
         for block in range(BLOCKS):
@@ -60,16 +61,41 @@ def aa_and_graph() -> list[str]:
                     {"op": "time", "key": prepared.key, "runs": PER_BLOCK, "first": block}, TRUSTED_TIMEOUT
                 )
                 series[name] += [r["span_ms"] for r in reply["runs"]]
+                events[name] += [r["event_ms"] for r in reply["runs"]]
         other.close()
     finally:
         stages.close()
     a, b = statistics.median(series["A"]), statistics.median(series["B"])
-    graph = _graph_ms()
+    a_events = statistics.median(events["A"])
+    graph, flushed = _graph_ms(), _events_flushed_ms()
     return [
         f"A/A (cuBLAS vs itself, 2 children, {BLOCKS}x{PER_BLOCK} interleaved): A {a:.4f} ms, B {b:.4f} ms, ratio {a / b:.4f}",
         f"cuBLAS M8192 N7168 K5120: harness (CUPTI span, L2 flushed, median of {len(series['A'])}) {a:.4f} ms; "
         f"CUDA-graph replay of 20 calls {graph:.4f} ms/call; difference {100 * (a - graph) / graph:+.2f}%",
+        f"cuBLAS M8192 N7168 K5120: harness CUDA events (device sync inside) {a_events:.4f} ms; independent torch "
+        f"events, L2 flushed by torch, median of 50: {flushed:.4f} ms; difference {100 * (a_events - flushed) / flushed:+.2f}%",
     ]
+
+
+def _events_flushed_ms() -> float:
+    import torch
+
+    a = torch.randn(8192, 5120, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(7168, 5120, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(8192, 7168, device="cuda", dtype=torch.bfloat16)
+    flush = torch.empty(2 * torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.uint8, device="cuda")
+    times = []
+    for i in range(60):
+        flush.zero_()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.matmul(a, b.T, out=c)
+        end.record()
+        end.synchronize()
+        if i >= 10:
+            times.append(start.elapsed_time(end))
+    return statistics.median(times)
 
 
 def _graph_ms() -> float:

@@ -81,7 +81,9 @@ def test_malformed_task_file_stops_collection(project: pytest.Pytester) -> None:
 def test_unknown_model_stops_collection(project: pytest.Pytester) -> None:
     result = project.runpytest_subprocess("tasks", "--collect-only", "--ptx-model=ollama")
     assert result.ret == pytest.ExitCode.INTERRUPTED
-    result.stdout.fnmatch_lines(["--ptx-model=ollama: unknown model (known: reference, file:<dir>, replay:<run dir>, *)"])
+    result.stdout.fnmatch_lines(
+        ["--ptx-model=ollama: unknown model (known: reference, file:<dir>, replay:<run dir>, *)"]
+    )
 
 
 def test_reference_gemm_without_gpu_is_skipped_with_what_passed(project: pytest.Pytester) -> None:

@@ -20,6 +20,8 @@ from .cudart import CudaError, Runtime
 from .timing import Clock, RunFailed
 from .tracing import Tracer
 
+GUARD_BYTES = 1 << 16  # after every input and output: a write past the end changes it
+GUARD_BYTE = 0xA5
 _CTYPES = {
     "int": ctypes.c_int,
     "size_t": ctypes.c_size_t,
@@ -52,7 +54,7 @@ class Candidate:
                 for dim in p["shape"]:
                     size *= dim
                 self.nbytes[p["name"]] = size
-                self.buffers[p["name"]] = self.rt.malloc(size)
+                self.buffers[p["name"]] = self.rt.malloc(size + GUARD_BYTES)
         self.workspace_bytes = int(request["workspace_bytes"])
         self.workspace = self.rt.malloc(self.workspace_bytes)
         self.sets: list[dict[str, int]] = []
@@ -87,7 +89,17 @@ class Candidate:
             self.rt.copy_on_device(self.buffers[p["name"]], chosen[p["name"]], self.nbytes[p["name"]])
         for p in self.outputs():
             self.rt.memset(self.buffers[p["name"]], poison, self.nbytes[p["name"]])
+        for name, pointer in self.buffers.items():
+            self.rt.memset(pointer + self.nbytes[name], GUARD_BYTE, GUARD_BYTES)
         self.rt.memset(self.workspace, 0, self.workspace_bytes)
+
+    def overruns(self) -> list[str]:
+        """The buffers whose guard region after the end was written."""
+        return [
+            name
+            for name, pointer in self.buffers.items()
+            if self.rt.copy_to_host(pointer + self.nbytes[name], GUARD_BYTES) != bytes([GUARD_BYTE]) * GUARD_BYTES
+        ]
 
     def call(self) -> int:
         args: list[Any] = []
@@ -130,7 +142,11 @@ class Candidate:
             data = self.rt.copy_to_host(self.buffers[p["name"]], self.nbytes[p["name"]])
             if hashlib.sha256(data).hexdigest() != self.set_hashes[index % len(self.sets)][p["name"]]:
                 changed.append(p["name"])
-        return {"inputs_changed": changed, "outputs": self.save_outputs(Path(request["outputs_dir"]))}
+        return {
+            "inputs_changed": changed,
+            "overruns": self.overruns(),
+            "outputs": self.save_outputs(Path(request["outputs_dir"])),
+        }
 
     def time(self, request: dict[str, Any]) -> dict[str, Any]:
         """A block of timed runs; the outputs of the runs listed in `save` are kept for a recheck."""

@@ -82,9 +82,15 @@ def compare(
 
 
 def verdict(
-    comparisons: Sequence[Comparison], matched_ratio: float, changed_inputs: Sequence[str], seconds: float
+    comparisons: Sequence[Comparison],
+    matched_ratio: float,
+    changed_inputs: Sequence[str],
+    overruns: Sequence[str],
+    seconds: float,
 ) -> Verdict:
     problems = []
+    if overruns:
+        problems.append(f"the call wrote past the end of {', '.join(sorted(set(overruns)))}")
     if changed_inputs:
         problems.append(f"the call changed its inputs: {', '.join(sorted(set(changed_inputs)))}")
     for c in comparisons:
@@ -104,6 +110,7 @@ def verdict(
             for c in comparisons
         ],
         "changed_inputs": sorted(set(changed_inputs)),
+        "overruns": sorted(set(overruns)),
     }
     if problems:
         return Verdict("check", Status.FAILED, "; ".join(problems), data, seconds)

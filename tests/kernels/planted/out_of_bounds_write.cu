@@ -1,5 +1,6 @@
 // Planted: computes C correctly, and one thread also writes one element past the end of C. Caught by
-// sanitize (memcheck), even when the stray write lands in memory nobody reads.
+// check: the guard region the evaluation child keeps after every buffer changed (memcheck alone misses
+// a write that lands in an adjacent allocation).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
