@@ -49,7 +49,7 @@ class RunDirectory:
                 "started": datetime.now(timezone.utc).isoformat(),
                 **environment,
             }
-            _write_atomic(target, json.dumps(record, indent=1, sort_keys=True))
+            write_atomic(target, json.dumps(record, indent=1, sort_keys=True))
 
     def build_dir(self, group: str, digest: str) -> Path:
         return self.path / "builds" / f"{group}-{digest}"
@@ -64,7 +64,8 @@ class RunDirectory:
             os.close(fd)
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
+    """A temporary name, then a rename: a reader never sees half a file."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     temporary.write_text(text)
     temporary.replace(path)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 from . import __version__
 from .candidate import Candidate
 from .models import Message, Reply
+from .rundir import write_atomic
 from .verdict import Outcome, Status, Verdict, decide
 
 FORMAT = "ptxbench-trajectory/1"
@@ -203,9 +203,7 @@ class Trajectory:
             "turns": self.turns,
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(record, indent=1))
-        temporary.replace(self.path)
+        write_atomic(self.path, json.dumps(record, indent=1))
 
 
 def _turn(turn: dict[str, Any] | None) -> int | None:

@@ -1,0 +1,186 @@
+"""How the GPU stages decide, on recorded real output (ncu on the H200) and on constructed runs:
+the parts that need no GPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_ptxbench.catalogue import Tolerance
+from pytest_ptxbench.child import wire
+from pytest_ptxbench.parsers import ncu
+from pytest_ptxbench.stages import check, profile, timing
+from pytest_ptxbench.verdict import Status
+from pytest_ptxbench.workers import Child, ChildFailed, child_environment
+
+from .conftest import DATA
+
+REFERENCE = (
+    "_ZN45_GLOBAL__N__b59235a9_12_candidate_cu_3faddc3f19gemm_bf16_tn_kernelE14CUtensorMap_stS0_P13__nv_bfloat16iii"
+)
+
+
+def test_ncu_raw_csv_of_the_reference_gemm() -> None:
+    [launch] = ncu.parse_raw_csv((DATA / "reference_gemm_core.ncu.csv").read_text())
+    assert launch.kernel.startswith("_ZN45_GLOBAL__N_") and launch.kernel.endswith(
+        "gemm_bf16_tn_kernelE14CUtensorMap_stS0_P13__nv_bfloat16iii"
+    )
+    assert launch.executed["HGMMA.64x256x16.F32.BF16"] == 4587520
+    assert launch.executed["UTMALDG.2D"] == 286720
+    assert 0.5 < launch.time_ms < 2.0
+    # useful work: 4 warps per warpgroup instruction, 64*256*16*2 FLOPs each = 2*M*N*K at M8192 N7168 K5120
+    assert launch.executed["HGMMA.64x256x16.F32.BF16"] // 4 * 64 * 256 * 16 * 2 == 2 * 8192 * 7168 * 5120
+
+
+def test_profile_judgement() -> None:
+    launches = ncu.parse_raw_csv((DATA / "reference_gemm_core.ncu.csv").read_text())
+    own = {launches[0].kernel: "gemm_bf16_tn_kernel"}
+    passed = profile._judge(launches, own, ("HGMMA.*.F32.BF16", "UTMALDG"), "2025.3.1", 1.0)
+    assert passed.status is Status.PASSED and passed.data["executed"] == {
+        "HGMMA.*.F32.BF16": 4587520,
+        "UTMALDG": 286720,
+    }
+    foreign = profile._judge(launches, {}, ("HGMMA.*.F32.BF16",), "2025.3.1", 1.0)
+    assert foreign.status is Status.FAILED and "kernels outside the candidate's module ran" in foreign.message
+    simt = ncu.parse_raw_csv((DATA / "simt_gemm.ncu.csv").read_text())
+    never = profile._judge(simt, {simt[0].kernel: "simt_gemm"}, ("HGMMA.*.F32.BF16", "UTMALDG"), "2025.3.1", 1.0)
+    assert never.message == "HGMMA.*.F32.BF16, UTMALDG never executed in the candidate's kernels"
+
+
+@pytest.mark.parametrize(
+    ("cell", "error"),
+    [
+        ("12 (HGMMA: nan; LDG: 12)", "NaN in the capture"),
+        ("12 (HGMMA 12)", "unreadable opcode count"),
+        ("13 (LDG: 12)", "add up to 12, not the total 13"),
+    ],
+)
+def test_partial_or_nan_captures_are_errors(cell: str, error: str) -> None:
+    with pytest.raises(ncu.NcuParseError, match=error):
+        ncu.parse_instances(cell)
+
+
+def test_an_empty_capture_has_no_launch() -> None:
+    assert ncu.parse_raw_csv("==PROF== Disconnected from process 1\n") == []
+    with pytest.raises(ncu.NcuParseError, match="column 'Kernel Name' missing"):
+        ncu.parse_raw_csv('"ID","Process ID"\n"0","1"\n')
+
+
+def _bf16(values: np.ndarray) -> np.ndarray:
+    bits = values.astype(np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def test_check_comparison() -> None:
+    expected = np.random.default_rng(0).normal(size=(64, 32)).astype(np.float32) * 10
+    tolerance = Tolerance(0.0625, 0.02)
+    good = check.compare("C", "normal", _bf16(expected), "bf16", expected, tolerance, 0xFF)
+    assert good.ok and good.wrong == 0
+    got = _bf16(expected)
+    got[3, 4] = 0xFFFF  # left poisoned
+    got[5, 6] = _bf16(np.array([99.0]))[0]
+    bad = check.compare("C", "normal", got, "bf16", expected, tolerance, 0xFF)
+    assert (bad.unwritten, bad.wrong) == (1, 2)
+    assert bad.worst[0].startswith("C[3, 4] = nan") and bad.worst[1].startswith("C[5, 6] = 99")
+    zeros = check.compare("C", "normal", np.zeros_like(got), "bf16", expected, tolerance, 0xFF)
+    assert zeros.all_zero
+    verdict = check.verdict([good, bad], 1.0, ["A"], ["C"], 1.0)
+    assert verdict.status is Status.FAILED
+    assert verdict.message.startswith(
+        "the call wrote past the end of C; the call changed its inputs: A; 1 of 2048 elements of C never written"
+    )
+    assert check.verdict([good], 1.0, [], [], 1.0).passed
+
+
+def _run(index: int, span: float, kernels: list[tuple[str, bool]], event: float | None = None) -> dict[str, object]:
+    return {
+        "index": index,
+        "span_ms": span,
+        "event_ms": event if event is not None else span + 0.01,
+        "kernels": [{"name": n, "given_stream": s, "ms": span} for n, s in kernels],
+    }
+
+
+def test_timing_problems() -> None:
+    own = {"mine"}
+    assert timing.problems_in([_run(0, 1.0, [("mine", True)])], own) == []
+    found = timing.problems_in(
+        [
+            _run(0, 1.0, [("cublasGemm", True)]),
+            _run(1, 0.0, []),
+            _run(2, 1.0, [("mine", False)]),
+            _run(3, 2.0, [("mine", True)], event=1.0),
+        ],
+        own,
+    )
+    assert found == [
+        "kernels not in the candidate's module ran while timing: cublasGemm",
+        "no kernel ran in timed runs [1]",
+        "kernels ran on a stream other than the one the launcher is given: mine",
+        "kernels outlasted the timed region in runs [3]",
+    ]
+
+
+def test_timing_verdict_and_the_speed_of_light_floor() -> None:
+    flops, nbytes = 2 * 8192 * 7168 * 5120, 2 * (8192 * 5120 + 7168 * 5120 + 8192 * 7168)
+    baseline = timing.Series([0.75] * 10, [0.8] * 10)
+    fair = timing.verdict(
+        timing.Series([0.82] * 10, [0.9] * 10), baseline, "cuBLAS", "h100", flops, nbytes, [], {}, 1.0
+    )
+    assert fair.passed and fair.data["speedup"] == pytest.approx(0.75 / 0.82)
+    impossible = timing.verdict(
+        timing.Series([0.3] * 10, [0.4] * 10), baseline, "cuBLAS", "h100", flops, nbytes, [], {}, 1.0
+    )
+    assert impossible.status is Status.FAILED and "under the speed-of-light floor 0.6080 ms" in impossible.message
+
+
+def test_children_never_see_secrets(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in (
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "GEMINI_API_KEY",
+        "GOOGLE_API_KEY",
+        "HF_TOKEN",
+        "AWS_SECRET_ACCESS_KEY",
+    ):
+        monkeypatch.setenv(name, "secret-value")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    env = child_environment(tmp_path)
+    assert "secret-value" not in env.values()
+    assert env["CUDA_VISIBLE_DEVICES"] == "1" and env["HOME"] == str(tmp_path) and env["TMPDIR"] == str(tmp_path)
+
+
+def test_the_evaluation_child_answers_errors_and_dies_cleanly(tmp_path: Path) -> None:
+    child = Child("candidate", tmp_path, child_environment(tmp_path))
+    try:
+        reply = child.request({"op": "sets", "sets": []}, timeout=60)
+        assert reply == {"ok": False, "error": "ValueError: 'sets' before 'load'", "fatal": False}
+        reply = child.request(
+            {
+                "op": "load",
+                "cudart": str(tmp_path / "libcudart.so.13"),
+                "library": "x.so",
+                "launcher": "f",
+                "params": [],
+                "workspace_bytes": 0,
+            },
+            timeout=60,
+        )
+        assert not reply["ok"] and reply["error"].startswith("OSError:")
+        child.process.stdin.close()  # type: ignore[union-attr]
+        child.process.wait(timeout=30)
+        with pytest.raises(ChildFailed, match=r"the candidate child died before the request \(exit code 0\)"):
+            child.request({"op": "sets", "sets": []}, timeout=5)
+    finally:
+        child.close()
+
+
+def test_raw_arrays_round_trip(tmp_path: Path) -> None:
+    values = np.arange(12, dtype=np.float32).reshape(3, 4)
+    wire.save(tmp_path / "x.bin", values)
+    assert np.array_equal(wire.load(tmp_path / "x.bin", "fp32", (3, 4)), values)
+    with pytest.raises(ValueError, match="48 bytes, expected 24 for bf16"):
+        wire.load(tmp_path / "x.bin", "bf16", (3, 4))
+    assert np.array_equal(wire.bf16_to_float(_bf16(values)), values)
