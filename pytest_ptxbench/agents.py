@@ -22,9 +22,11 @@ from .targets import Target
 
 @dataclass(frozen=True)
 class NoKernel:
-    """The agent has no kernel for this task; says where it looked."""
+    """The agent has no kernel for this task: says why. `failed` when that is the agent's fault (a model
+    that used its turns without producing a kernel), not a kernel nobody wrote or a key that is missing."""
 
     reason: str
+    failed: bool = False
 
 
 class Agent(Protocol):

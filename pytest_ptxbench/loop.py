@@ -149,6 +149,6 @@ def result(record: Trajectory, task: Task, target: Target, agent: str) -> Candid
         status = record.info["exit_status"]
         error = record.info["ptxbench"]["error"]
         why = f"{status}: {error}" if error else status
-        return NoKernel(f"{agent}: no kernel after {len(record.turns)} turn(s) ({why}); see {record.path}")
+        return NoKernel(f"{agent}: no kernel after {len(record.turns)} turn(s) ({why}); see {record.path}", failed=True)
     origin = f"{agent} {record.path.stem} turn {best['turn']}"
     return Candidate(task.name, target.name, record.kernel_source(best), origin)

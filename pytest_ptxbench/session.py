@@ -116,7 +116,8 @@ class Harness:
         candidate = self._kernel(case)
         device = device_for(case.target, self.devices)
         if isinstance(candidate, NoKernel):
-            evaluation = Evaluation(case, None, [], Decision(Outcome.SKIPPED, candidate.reason), device)
+            outcome = Outcome.FAILED if candidate.failed else Outcome.SKIPPED
+            evaluation = Evaluation(case, None, [], Decision(outcome, candidate.reason), device)
         else:
             verdicts = self.pipeline.evaluate(candidate, case.family, case.task, case.target, [case.shape])
             evaluation = Evaluation(case, candidate, verdicts, decide(verdicts, settings["require_gpu"]), device)

@@ -129,7 +129,7 @@ def test_replies_without_a_kernel_are_counted_turns(rig: Callable[..., Rig]) -> 
     r = rig(script, turns=3)
     result = r.kernel()
     assert isinstance(result, NoKernel)
-    assert result.reason.startswith("openai:fake-model: no kernel after 3 turn(s) (turns used); see ")
+    assert result.failed and result.reason.startswith("openai:fake-model: no kernel after 3 turn(s) (turns used); see ")
     problems = [t["problem"] for t in r.trajectory()["turns"]]
     assert problems == [
         "the reply declined (I can't help with that.) and holds no kernel",
