@@ -88,6 +88,7 @@ class Family:
     workspace_bytes: Formula
     tolerances: Mapping[str, Tolerance]
     matched_ratio: float
+    min_tensor_share: float  # the share of the task's FLOPs the required MMA instructions must execute
     distributions: tuple[Distribution, ...]
     sanitizer_shape: Mapping[str, AxisValue]
     opcodes: Mapping[str, tuple[str, ...]]
@@ -222,6 +223,7 @@ class _Reader:
             workspace_bytes=self.formula(self.get(raw, "workspace_bytes", (str, int), ""), names, "workspace_bytes"),
             tolerances=self.tolerances(self.get(raw, "tolerances", Mapping, "")),
             matched_ratio=self.fraction(raw, "matched_ratio"),
+            min_tensor_share=self.fraction(raw, "min_tensor_share") if "min_tensor_share" in raw else 0.5,
             distributions=tuple(
                 self.distribution(d, f"inputs[{i}]") for i, d in enumerate(self.get(raw, "inputs", list, ""))
             ),

@@ -236,7 +236,15 @@ class GpuStages:
         env = child_environment(folder)
         if stage == "profile":
             verdict = profile.profile(
-                tool, child, plan, result, env, own, family.opcodes.get(target.name, ()), timeout=600
+                tool,
+                child,
+                plan,
+                result,
+                env,
+                own,
+                family.opcodes.get(target.name, ()),
+                profile.Work(family.flops(prepared.values), family.min_tensor_share),
+                timeout=600,
             )
             verdict.data["shape"] = shape.id
         else:

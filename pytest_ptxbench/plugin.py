@@ -10,6 +10,7 @@ import pytest
 
 from . import hookspec, settings
 from .agents import Agent, builtin_agent
+from .benchmarking import ReplayClock, record
 from .cases import Case
 from .session import Harness
 from .summary import PROPERTY, render, summary_row
@@ -72,6 +73,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def _marks(case: Case) -> list[pytest.MarkDecorator]:
     marks = [
+        pytest.mark.benchmark(timer=ReplayClock(), group=case.task.name),
         getattr(pytest.mark, case.family.name),
         getattr(pytest.mark, case.target.name),
         pytest.mark.gpu,
@@ -87,14 +89,18 @@ def _marks(case: Case) -> list[pytest.MarkDecorator]:
 class Bench:
     """The `ptx_bench` fixture: evaluates a case and turns the decision into the test's outcome."""
 
-    def __init__(self, harness: Harness, item: pytest.Item) -> None:
-        self.harness, self.item = harness, item
+    def __init__(self, harness: Harness, item: pytest.Item, benchmark: Any) -> None:
+        self.harness, self.item, self.benchmark = harness, item, benchmark
 
     def evaluate(self, case: Case) -> None:
         marker = self.item.get_closest_marker("ptxbench")
         resolved = settings.resolve_all(self.item.config, marker.kwargs if marker else None)
         evaluation = self.harness.evaluate(case, resolved)
         self.item.user_properties.append((PROPERTY, summary_row(evaluation.row(resolved["model"]))))
+        timed = [v for v in evaluation.verdicts if v.stage == "time" and v.passed]
+        clock = self.item.get_closest_marker("benchmark")
+        if timed and clock is not None and isinstance(clock.kwargs.get("timer"), ReplayClock):
+            record(self.benchmark, clock.kwargs["timer"], timed[-1])
         decision = evaluation.decision
         if decision.outcome is Outcome.FAILED:
             pytest.fail(decision.reason, pytrace=False)
@@ -103,8 +109,8 @@ class Bench:
 
 
 @pytest.fixture
-def ptx_bench(request: pytest.FixtureRequest) -> Bench:
-    return Bench(request.config.stash[HARNESS], request.node)
+def ptx_bench(request: pytest.FixtureRequest, benchmark: Any) -> Bench:
+    return Bench(request.config.stash[HARNESS], request.node, benchmark)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -3,6 +3,7 @@ the parts that need no GPU."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -10,16 +11,14 @@ import pytest
 
 from pytest_ptxbench.catalogue import Tolerance
 from pytest_ptxbench.child import wire
-from pytest_ptxbench.parsers import ncu
+from pytest_ptxbench.parsers import ncu, sass
 from pytest_ptxbench.stages import check, profile, timing
 from pytest_ptxbench.verdict import Status
 from pytest_ptxbench.workers import Child, ChildFailed, child_environment
 
-from .conftest import DATA
+from .conftest import DATA, ROOT
 
-REFERENCE = (
-    "_ZN45_GLOBAL__N__b59235a9_12_candidate_cu_3faddc3f19gemm_bf16_tn_kernelE14CUtensorMap_stS0_P13__nv_bfloat16iii"
-)
+CORE = profile.Work(2 * 8192 * 7168 * 5120, 0.5)
 
 
 def test_ncu_raw_csv_of_the_reference_gemm() -> None:
@@ -37,16 +36,31 @@ def test_ncu_raw_csv_of_the_reference_gemm() -> None:
 def test_profile_judgement() -> None:
     launches = ncu.parse_raw_csv((DATA / "reference_gemm_core.ncu.csv").read_text())
     own = {launches[0].kernel: "gemm_bf16_tn_kernel"}
-    passed = profile._judge(launches, own, ("HGMMA.*.F32.BF16", "UTMALDG"), "2025.3.1", 1.0)
+    passed = profile._judge(launches, own, ("HGMMA.*.F32.BF16", "UTMALDG"), CORE, "2025.3.1", 1.0)
     assert passed.status is Status.PASSED and passed.data["executed"] == {
         "HGMMA.*.F32.BF16": 4587520,
         "UTMALDG": 286720,
     }
-    foreign = profile._judge(launches, {}, ("HGMMA.*.F32.BF16",), "2025.3.1", 1.0)
+    assert passed.data["tensor_flops"] == CORE.flops and passed.message.endswith("tensor cores did 100% of the FLOPs")
+    foreign = profile._judge(launches, {}, ("HGMMA.*.F32.BF16",), CORE, "2025.3.1", 1.0)
     assert foreign.status is Status.FAILED and "kernels outside the candidate's module ran" in foreign.message
     simt = ncu.parse_raw_csv((DATA / "simt_gemm.ncu.csv").read_text())
-    never = profile._judge(simt, {simt[0].kernel: "simt_gemm"}, ("HGMMA.*.F32.BF16", "UTMALDG"), "2025.3.1", 1.0)
+    never = profile._judge(simt, {simt[0].kernel: "simt_gemm"}, ("HGMMA.*.F32.BF16", "UTMALDG"), CORE, "2025.3.1", 1.0)
     assert never.message == "HGMMA.*.F32.BF16, UTMALDG never executed in the candidate's kernels"
+
+
+def test_useful_work_attribution() -> None:
+    """The same recorded launch judged against a task 8x larger: the tensor cores did a token share."""
+    launches = ncu.parse_raw_csv((DATA / "reference_gemm_core.ncu.csv").read_text())
+    own = {launches[0].kernel: "gemm_bf16_tn_kernel"}
+    token = profile._judge(launches, own, ("HGMMA.*.F32.BF16",), profile.Work(8 * CORE.flops, 0.5), "2025.3.1", 1.0)
+    assert token.status is Status.FAILED
+    assert (
+        token.message == "the tensor cores did 12% of the task's FLOPs (6.01e+11 of 4.81e+12); at least 50% is required"
+    )
+    executed = {"HGMMA.64x8x16.F32.BF16": 8, "QGMMA.64x128x32.F32.E4M3.E4M3": 4, "LDG": 9}
+    assert sass.tensor_flops(executed) == 2 * 2 * 64 * 8 * 16 + 1 * 2 * 64 * 128 * 32
+    assert sass.tensor_flops({"UTCHMMA": 4, "FFMA": 100}) is None  # Blackwell: the shape is in a descriptor
 
 
 @pytest.mark.parametrize(
@@ -184,3 +198,32 @@ def test_raw_arrays_round_trip(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="48 bytes, expected 24 for bf16"):
         wire.load(tmp_path / "x.bin", "bf16", (3, 4))
     assert np.array_equal(wire.bf16_to_float(_bf16(values)), values)
+
+
+def test_pytest_benchmark_records_the_replayed_latencies(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    pytester.makepyfile(
+        """
+        import pytest
+        from pytest_ptxbench.benchmarking import ReplayClock, record
+        from pytest_ptxbench.verdict import Status, Verdict
+
+        CLOCK = ReplayClock()
+
+        @pytest.mark.benchmark(timer=CLOCK)
+        def test_timed(benchmark):
+            data = {"spans_ms": [1.0, 3.0, 2.0], "baseline": "cuBLAS", "baseline_median_ms": 1.5,
+                    "baseline_iqr_ms": 0.1, "speedup": 0.75, "tflops": 10.0, "floor_ms": 0.1}
+            record(benchmark, CLOCK, Verdict("time", Status.PASSED, "ok", data))
+        """
+    )
+    result = pytester.runpytest_subprocess("--benchmark-json=out.json")
+    result.assert_outcomes(passed=1)
+    [bench] = json.loads((pytester.path / "out.json").read_text())["benchmarks"]
+    assert bench["stats"]["rounds"] == 3
+    assert (bench["stats"]["min"], bench["stats"]["median"], bench["stats"]["max"]) == pytest.approx(
+        (0.001, 0.002, 0.003)
+    )
+    assert bench["extra_info"]["speedup"] == 0.75 and bench["extra_info"]["baseline"] == "cuBLAS"

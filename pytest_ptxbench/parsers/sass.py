@@ -62,3 +62,19 @@ def holders(pattern: str, kernels: dict[str, Kernel]) -> dict[str, list[str]]:
     """Kernel name → the mnemonics in it that match `pattern`."""
     found = {k.name: sorted(m for m in k.opcodes if matches(pattern, m)) for k in kernels.values()}
     return {name: mnemonics for name, mnemonics in found.items() if mnemonics}
+
+
+_WARPGROUP_MMA = re.compile(r"^[HQIB]GMMA\.(\d+)x(\d+)x(\d+)(?:\.|$)")
+
+
+def tensor_flops(executed: dict[str, int]) -> float | None:
+    """FLOPs done by warpgroup MMA instructions, from warp-level executed counts per mnemonic
+    (`HGMMA.64x256x16.F32.BF16: n` → n / 4 warps × 2·64·256·16). None when no executed mnemonic names
+    its shape (Blackwell's UTCHMMA keeps it in a descriptor)."""
+    total, seen = 0.0, False
+    for mnemonic, count in executed.items():
+        if m := _WARPGROUP_MMA.match(mnemonic):
+            seen = True
+            rows, cols, depth = (int(g) for g in m.groups())
+            total += count / 4 * 2 * rows * cols * depth
+    return total if seen else None

@@ -8,7 +8,9 @@ is `tool-unavailable`.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,7 @@ def profile(
     env: Mapping[str, str],
     own_kernels: Mapping[str, str],
     required: Sequence[str],
+    work: Work,
     timeout: float,
 ) -> Verdict:
     """`own_kernels`: mangled name → readable name, from inspect."""
@@ -72,11 +75,24 @@ def profile(
             else "no kernel was profiled"
         )
         return Verdict("profile", status, f"empty ncu capture: {why}", {"ncu": tool.version}, done.seconds)
-    return _judge(launches, own_kernels, required, tool.version, done.seconds)
+    return _judge(launches, own_kernels, required, work, tool.version, done.seconds)
+
+
+@dataclass(frozen=True)
+class Work:
+    """The task's analytic FLOPs at the profiled shape, and the share the tensor cores must do."""
+
+    flops: float
+    min_share: float
 
 
 def _judge(
-    launches: list[ncu.Launch], own_kernels: Mapping[str, str], required: Sequence[str], version: str, seconds: float
+    launches: list[ncu.Launch],
+    own_kernels: Mapping[str, str],
+    required: Sequence[str],
+    work: Work,
+    version: str,
+    seconds: float,
 ) -> Verdict:
     foreign = sorted({launch.kernel for launch in launches} - set(own_kernels))
     executed = {
@@ -106,7 +122,18 @@ def _judge(
         "time_ms": sum(launch.time_ms for launch in launches),
         "mangled": sorted({launch.kernel for launch in launches}),
     }
+    own_executed: Counter[str] = Counter()
+    for launch in launches:
+        if launch.kernel in own_kernels:
+            own_executed.update(launch.executed)
+    tensor = sass.tensor_flops(dict(own_executed))
+    data["tensor_flops"], data["task_flops"] = tensor, work.flops
     problems = []
+    if tensor is not None and tensor < work.min_share * work.flops:
+        problems.append(
+            f"the tensor cores did {tensor / work.flops:.0%} of the task's FLOPs ({tensor:.3g} of {work.flops:.3g}); "
+            f"at least {work.min_share:.0%} is required"
+        )
     if foreign:
         problems.append(f"kernels outside the candidate's module ran: {', '.join(foreign[:5])}")
     never = [p for p, n in executed.items() if n == 0]
@@ -114,5 +141,6 @@ def _judge(
         problems.append(f"{', '.join(never)} never executed in the candidate's kernels")
     if problems:
         return Verdict("profile", Status.FAILED, "; ".join(problems), data, seconds)
-    data["summary"] = ", ".join(f"{p} x{n}" for p, n in executed.items())
+    share = f"; tensor cores did {tensor / work.flops:.0%} of the FLOPs" if tensor is not None else ""
+    data["summary"] = ", ".join(f"{p} x{n}" for p, n in executed.items()) + share
     return Verdict("profile", Status.PASSED, f"executed {data['summary']}", data, seconds)
