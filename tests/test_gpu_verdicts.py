@@ -204,6 +204,7 @@ def test_pytest_benchmark_records_the_replayed_latencies(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # pytest-benchmark switches itself off under xdist
     pytester.makepyfile(
         """
         import pytest
