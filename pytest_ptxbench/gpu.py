@@ -23,7 +23,7 @@ from .stages import check, profile, sanitize, timing
 from .targets import Target
 from .toolchain import find_library, find_tool
 from .verdict import Status, Verdict
-from .workers import Child, ChildFailed, child_command, child_environment
+from .workers import PACKAGE_ROOT, Child, ChildFailed, Sandbox, child_command, child_environment, make_sandbox
 
 TRUSTED_TIMEOUT = 900.0  # input sets and fp32 references of a large shape
 BLOCKS = 5  # timed runs alternate baseline and candidate in this many blocks each
@@ -61,6 +61,11 @@ class GpuStages:
         self.run_dir = run_dir
         shm = Path("/dev/shm")
         self.scratch = Path(tempfile.mkdtemp(prefix="ptxbench-", dir=shm if shm.is_dir() else None))
+        self.sandbox = (
+            make_sandbox([PACKAGE_ROOT, Path.cwd()], [run_dir, self.scratch])
+            if settings["sandbox"] == "namespaces"
+            else Sandbox((), "none: --ptx-sandbox=off")
+        )
         self._trusted: Child | None = None
         self._cached: dict[tuple[str, str, str], Verdict] = {}  # profile and sanitize, per (stage, kernel, task)
 
@@ -122,7 +127,7 @@ class GpuStages:
         folder = self.scratch / "candidates" / candidate.digest / prepared.key
         env = child_environment(folder)
         load = self._load_request(candidate, family, library, prepared)
-        child = Child("candidate", folder, env)
+        child = Child("candidate", folder, env, prefix=self.sandbox.prefix)
         try:
             verdicts = [self._check(child, load, family, prepared, folder)]
             if not verdicts[0].passed:
@@ -170,7 +175,9 @@ class GpuStages:
                 comparisons += self._compare(family, prepared, index, reply["outputs"], label, poison)
         except ChildFailed as exc:
             return Verdict("check", Status.FAILED, str(exc), seconds=time.monotonic() - started)
-        return check.verdict(comparisons, family.matched_ratio, changed, overruns, time.monotonic() - started)
+        verdict = check.verdict(comparisons, family.matched_ratio, changed, overruns, time.monotonic() - started)
+        verdict.data["sandbox"] = self.sandbox.description
+        return verdict
 
     def _compare(
         self, family: Family, prepared: Prepared, index: int, files: dict[str, str], label: str, poison: int

@@ -139,6 +139,12 @@ OPTIONS = (
     Option("out", str, None, "run directory (default: runs/<UTC time>-<model>)"),
     Option("require_gpu", _flag, False, "fail, rather than skip, tests whose GPU stages cannot run", flag=True),
     Option("build_timeout", _positive_int, 300, "seconds nvcc may take per candidate"),
+    Option(
+        "sandbox",
+        _choice("off", "namespaces"),
+        "off",
+        "confine the evaluation child: namespaces = no network and a read-only checkout (unshare, root)",
+    ),
     Option("call_timeout", _positive_int, 120, "seconds one request to an evaluation child may take (a hang fails)"),
     Option("base_url", str, None, "base URL of the model API, e.g. a local vLLM's http://127.0.0.1:8000/v1"),
     Option("aliases", _aliases, None, "model aliases overriding the defaults: 'claude=anthropic:<model> qwen=...'"),

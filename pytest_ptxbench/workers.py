@@ -6,11 +6,14 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -20,6 +23,35 @@ from .child import wire
 _KEPT = ("PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_HOME", "LANG", "LC_ALL")
 _KEPT_PREFIXES = ("NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_")  # the GPU host's safety settings
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """A command prefix that confines a child: a new network namespace (no network, not even loopback)
+    and a mount namespace where the protected folders are read-only, but for the writable ones."""
+
+    prefix: tuple[str, ...]
+    description: str  # what the confinement is, or why there is none
+
+
+def make_sandbox(protected: Sequence[Path], writable: Sequence[Path], timeout: float = 30) -> Sandbox:
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return Sandbox((), "none: unshare is not installed")
+    protected = sorted({p.resolve() for p in protected if p.is_dir()})
+    inside = sorted(
+        {w.resolve() for w in writable if w.is_dir() and any(w.resolve().is_relative_to(p) for p in protected)}
+    )
+    steps = [f"mount --bind {shlex.quote(str(p))} {shlex.quote(str(p))}" for p in protected]
+    steps += [f"mount --bind {shlex.quote(str(w))} {shlex.quote(str(w))}" for w in inside]
+    steps += [f"mount -o remount,bind,ro {shlex.quote(str(p))} {shlex.quote(str(p))}" for p in protected]
+    script = " && ".join([*steps, 'exec "$@"'])
+    prefix = (unshare, "--net", "--mount", "sh", "-c", script, "sandbox")
+    probe = subprocess.run([*prefix, "true"], capture_output=True, text=True, timeout=timeout)
+    if probe.returncode != 0:
+        return Sandbox((), f"none: unshare failed ({probe.stderr.strip()[-200:]})")
+    ro = ", ".join(map(str, protected)) or "nothing"
+    return Sandbox(prefix, f"network namespace; read-only: {ro}")
 
 
 class ChildFailed(RuntimeError):

@@ -1,0 +1,103 @@
+"""Host-side cheats, both ways: refused by the static allow-list, and (with the allow-list relaxed, the
+library called directly) stopped by the evaluation child's sandbox. Each planted launcher returns
+cudaSuccess (0) only when its cheat worked; run unconfined first, to show that it does."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_ptxbench.toolchain import find_library
+from pytest_ptxbench.workers import child_environment, make_sandbox
+
+from .conftest import KERNELS, BuildAndInspect
+
+PLANTED = KERNELS / "planted"
+SUCCESS = "0"
+RUNNER = """
+import ctypes, sys
+ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)  # the libcudart the library links
+launch = ctypes.CDLL(sys.argv[2]).ptxbench_gemm
+launch.argtypes = [ctypes.c_char_p] + [ctypes.c_void_p] * 2 + [ctypes.c_int] * 3 + [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+launch.restype = ctypes.c_int
+print(launch(sys.argv[3].encode(), None, None, int(sys.argv[4]), 0, 0, None, 0, None))
+"""
+
+
+@pytest.fixture
+def listening() -> Iterator[socket.socket]:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    server.settimeout(0.5)
+    yield server
+    server.close()
+
+
+def _library(build_and_inspect: BuildAndInspect, name: str, forbidden: set[str]) -> Path:
+    built, inspected = build_and_inspect(PLANTED / name, required=())
+    assert inspected is not None and inspected.status.value == "failed"
+    assert forbidden <= set(inspected.data["forbidden_imports"]), inspected.message
+    return Path(built.data["library"])
+
+
+def _call(
+    library: Path, text: str, number: int, env: dict[str, str], prefix: tuple[str, ...] = (), cwd: Path | None = None
+) -> str:
+    cudart = find_library("libcudart.so.13")
+    assert cudart is not None, "libcudart.so.13 is needed to load the library (the toolchain extra brings it)"
+    argv = [*prefix, sys.executable, "-c", RUNNER, str(cudart), str(library), text, str(number)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path):  # type: ignore[no-untyped-def]
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    made = make_sandbox([checkout], [])
+    if not made.prefix:
+        pytest.skip(f"no sandbox on this machine: {made.description}")
+    return made, checkout
+
+
+def test_reading_an_api_key(
+    build_and_inspect: BuildAndInspect, sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    library = _library(build_and_inspect, "host_reads_api_key.cu", {"getenv"})
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    assert _call(library, "", 0, dict(os.environ)) == SUCCESS  # unconfined, the key is there
+    made, _ = sandbox
+    assert _call(library, "", 0, child_environment(tmp_path), made.prefix, tmp_path) != SUCCESS
+
+
+def test_connecting_to_loopback(
+    build_and_inspect: BuildAndInspect, sandbox, listening: socket.socket, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    library = _library(build_and_inspect, "host_opens_socket.cu", {"socket", "connect"})
+    port = listening.getsockname()[1]
+    assert _call(library, "", port, dict(os.environ)) == SUCCESS
+    listening.accept()[0].close()
+    made, _ = sandbox
+    assert _call(library, "", port, child_environment(tmp_path), made.prefix, tmp_path) != SUCCESS
+    with pytest.raises(TimeoutError):
+        listening.accept()  # nothing reached the server
+
+
+def test_writing_into_the_checkout(build_and_inspect: BuildAndInspect, sandbox, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    library = _library(build_and_inspect, "host_writes_checkout.cu", {"fopen"})
+    made, checkout = sandbox
+    target = checkout / "conftest.py"
+    assert _call(library, str(target), 0, dict(os.environ)) == SUCCESS
+    assert target.read_text() == "patched by a candidate\n"
+    target.unlink()
+    assert _call(library, str(target), 0, child_environment(tmp_path), made.prefix, tmp_path) != SUCCESS
+    assert not target.exists()
+    assert made.description == f"network namespace; read-only: {checkout.resolve()}"
