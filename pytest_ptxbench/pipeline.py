@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .candidate import Candidate
 from .catalogue import Family, Shape, Task
 from .device import Device, device_for, missing_device
+from .pinning import exclusive
 from .rundir import RunDirectory
 from .stages.build import build
 from .stages.inspect import inspect
@@ -62,7 +63,8 @@ class Pipeline:
     ) -> list[Verdict]:
         """check, profile, sanitize and time on each shape, on a device of the target's architecture."""
         devices = self._devices()
-        if device_for(target, devices) is None:
+        device = device_for(target, devices)
+        if device is None:
             message = missing_device(target, devices)
             if self.settings["model"] == "reference" and target.name in family.not_run_on_hardware:
                 message += f"; the {target.name} reference kernel is not run on hardware"
@@ -73,10 +75,11 @@ class Pipeline:
             self._gpu = GpuStages(self.settings, self.run.path)
         static = self.static(candidate, family, target)
         verdicts = []
-        for shape in shapes:
-            for verdict in self._gpu.evaluate(candidate, family, task, target, shape, static):
-                verdict.data.setdefault("shape", shape.id)
-                verdicts.append(verdict)
+        with exclusive(device):
+            for shape in shapes:
+                for verdict in self._gpu.evaluate(candidate, family, task, target, shape, static):
+                    verdict.data.setdefault("shape", shape.id)
+                    verdicts.append(verdict)
         return verdicts
 
     def close(self) -> None:

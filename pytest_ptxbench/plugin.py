@@ -12,6 +12,8 @@ from . import hookspec, settings
 from .agents import Agent, builtin_agent
 from .benchmarking import ReplayClock, record
 from .cases import Case
+from .device import detect_devices
+from .pinning import pin_worker
 from .session import Harness
 from .summary import PROPERTY, render, summary_row
 from .targets import TARGETS
@@ -40,12 +42,19 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
+    pin_worker(detect_devices())  # before anything starts CUDA; a no-op outside xdist workers
     harness = Harness(config)
     config.stash[HARNESS] = harness
     config.pluginmanager.register(Recorder(), "ptxbench-recorder")
     # xdist workers inherit the environment: they must all write into the controller's run directory.
     config.stash[_OUT_SET_HERE] = "PTXBENCH_OUT" not in os.environ
     os.environ.setdefault("PTXBENCH_OUT", str(harness.run.path))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto`: one worker per visible GPU (xdist's own default where there is none)."""
+    return len(detect_devices()) or None
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -46,6 +46,9 @@ class Evaluation:
             "model": model,
             "outcome": self.decision.outcome.value,
             "reason": self.decision.reason,
+            "worker": os.environ.get("PYTEST_XDIST_WORKER"),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "gpu": self.device.uuid if self.device else None,
             "device": self.device.name if self.device else None,
             "candidate": {"origin": self.candidate.origin, "sha256": self.candidate.digest} if self.candidate else None,
             "verdicts": [v.to_json() for v in self.verdicts],
@@ -152,5 +155,6 @@ class Harness:
                 "tools": {n: {"path": str(t.path), "version": t.version} if t else None for n, t in self.tools.items()},
                 "devices": [vars(d) for d in self.devices],
                 "worker": os.environ.get("PYTEST_XDIST_WORKER"),
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             }
         )

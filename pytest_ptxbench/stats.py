@@ -52,4 +52,4 @@ def bootstrap_geomean(
         raise ValueError("no values to resample")
     rng = random.Random(seed)
     means = sorted(geomean(rng.choices(values, k=len(values))) for _ in range(resamples))
-    return (means[int(0.025 * (resamples - 1))], means[int(math.ceil(0.975 * (resamples - 1)))])
+    return (means[int(0.025 * (resamples - 1))], means[math.ceil(0.975 * (resamples - 1))])

@@ -1,0 +1,146 @@
+"""The report as one self-contained HTML page: the tables, and matplotlib plots embedded as base64 PNG.
+matplotlib (the `report` extra) is imported only here, only when plots are drawn."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections.abc import Sequence
+from typing import Any
+
+from .report import Table, cells
+from .scores import TURN_CATEGORIES, TrajectoryScore
+from .stats import wilson
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; }
+th { background: #f0f0f0; }
+p.note { color: #555; font-size: 0.9em; }
+img { max-width: 100%; }
+"""
+
+
+class MissingMatplotlib(RuntimeError):
+    """Plots were asked for without matplotlib installed."""
+
+
+def render(title: str, preamble: Sequence[str], report: Sequence[Table], plots: Sequence[tuple[str, str]]) -> str:
+    """The page; `plots` are (caption, base64 PNG)."""
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        *(f"<p>{html.escape(line)}</p>" for line in preamble if line),
+    ]
+    for caption, png in plots:
+        parts.append(f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{png}">')
+        parts.append(f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+    for table in report:
+        parts.append(f"<h2>{html.escape(table.title)}</h2>")
+        if table.note:
+            parts.append(f'<p class="note">{html.escape(table.note)}</p>')
+        parts.append(
+            "<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in table.header) + "</tr></thead><tbody>"
+        )
+        parts += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in table.rows]
+        parts.append("</tbody></table>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def plots(scores: Sequence[TrajectoryScore]) -> list[tuple[str, str]]:
+    """(caption, base64 PNG) for the shares, the per-shape speedups and the failure mix per turn."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib import pyplot
+    except ImportError as exc:
+        raise MissingMatplotlib("the HTML plots need matplotlib: pip install 'pytest-ptxbench[report]'") from exc
+    out = [
+        (
+            "Share of trajectories with a correct, and a correct and verified, kernel (Wilson 95% intervals)",
+            _shares(pyplot, scores),
+        )
+    ]
+    speedups = _speedups(pyplot, scores)
+    if speedups:
+        out.append(("Speedup over the baseline per shape (each point a trajectory)", speedups))
+    if any(s.turns for s in scores):
+        out.append(("What became of each turn's kernel", _failures(pyplot, scores)))
+    return out
+
+
+def _png(pyplot: Any, figure: Any) -> str:
+    buffer = io.BytesIO()
+    figure.tight_layout()
+    figure.savefig(buffer, format="png", dpi=90)
+    pyplot.close(figure)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def _shares(pyplot: Any, scores: Sequence[TrajectoryScore]) -> str:
+    grouped = cells(scores)
+    labels = [" / ".join(cell) for cell in grouped]
+    figure, axes = pyplot.subplots(figsize=(9, 1 + 0.5 * len(labels)))
+    for offset, (name, verified) in enumerate((("correct", False), ("correct and verified", True))):
+        shares: list[float] = []
+        errors: list[list[float]] = [[], []]
+        for group in grouped.values():
+            n = len(group)
+            k = sum(1 for s in group if (s.final.verified if verified else s.final.correct))
+            lo, hi = wilson(k, n)
+            shares.append(k / n)
+            errors[0].append(k / n - lo)
+            errors[1].append(hi - k / n)
+        positions = [i + offset * 0.4 for i in range(len(labels))]
+        axes.barh(positions, shares, height=0.4, xerr=errors, capsize=3, label=name)
+    axes.set_yticks([i + 0.2 for i in range(len(labels))], labels)
+    axes.set_xlim(0, 1)
+    axes.set_xlabel("share of trajectories")
+    axes.legend(loc="lower right")
+    return _png(pyplot, figure)
+
+
+def _speedups(pyplot: Any, scores: Sequence[TrajectoryScore]) -> str | None:
+    points = [
+        (" / ".join(s.cell), shape, score.speedup)
+        for s in scores
+        for shape, (_, score) in s.shapes.items()
+        if score.speedup is not None
+    ]
+    if not points:
+        return None
+    names = sorted({f"{cell}: {shape}" for cell, shape, _ in points})
+    figure, axes = pyplot.subplots(figsize=(9, 1 + 0.35 * len(names)))
+    axes.scatter([p[2] for p in points], [names.index(f"{p[0]}: {p[1]}") for p in points])
+    axes.axvline(1.0, color="grey", linestyle="--")
+    axes.set_yticks(range(len(names)), names)
+    axes.set_xlabel("speedup (baseline time / kernel time)")
+    return _png(pyplot, figure)
+
+
+def _failures(pyplot: Any, scores: Sequence[TrajectoryScore]) -> str:
+    models = sorted({s.model for s in scores if s.turns})
+    figure, all_axes = pyplot.subplots(len(models), 1, figsize=(9, 2.5 * len(models)), squeeze=False)
+    for model, (axes,) in zip(models, all_axes, strict=True):
+        turns = max(len(s.turns) for s in scores if s.model == model)
+        bottom = [0] * turns
+        for category in TURN_CATEGORIES:
+            counts = [
+                sum(1 for s in scores if s.model == model and len(s.turns) > t and s.turns[t] == category)
+                for t in range(turns)
+            ]
+            if any(counts):
+                axes.bar(range(1, turns + 1), counts, bottom=bottom, label=category)
+                bottom = [b + c for b, c in zip(bottom, counts, strict=True)]
+        axes.set_title(model)
+        axes.set_xlabel("turn")
+        axes.set_ylabel("kernels")
+        axes.set_xticks(range(1, turns + 1))
+        axes.legend(fontsize="small", loc="upper right")
+    return _png(pyplot, figure)

@@ -1,0 +1,99 @@
+"""Several GPUs: one xdist worker per GPU, pinned from the caller's own list; a task's tests on one
+worker; every worker's results in one run directory. The GPU list comes from a stand-in nvidia-smi that
+replays the H200's recorded answer for two devices (no CUDA is started on this machine)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_ptxbench.device import Device, parse_devices
+from pytest_ptxbench.pinning import exclusive, pinned, worker_index
+
+from .conftest import DATA
+
+RECORDED = (DATA / "nvidia-smi-query.csv").read_text().strip()
+TWO_GPUS = (
+    RECORDED
+    + "\n"
+    + RECORDED.replace("0, NVIDIA", "1, NVIDIA").replace("GPU-cbd0dcec", "GPU-0f0f0f0f").replace("00:06.0", "00:07.0")
+)
+
+
+def _devices() -> list[Device]:
+    return parse_devices(TWO_GPUS)
+
+
+def test_worker_index() -> None:
+    assert (worker_index("gw0"), worker_index("gw13"), worker_index(None), worker_index("master")) == (
+        0,
+        13,
+        None,
+        None,
+    )
+
+
+def test_pinning() -> None:
+    devices = _devices()
+    assert [pinned(i, None, devices) for i in range(3)] == [devices[0].uuid, devices[1].uuid, devices[0].uuid]
+    assert [pinned(i, "3,1", devices) for i in range(2)] == ["3", "1"]  # the caller's own list, as given
+    assert pinned(1, "MIG-aaaa, MIG-bbbb", devices) == "MIG-bbbb"
+    assert pinned(0, "", devices) is None and pinned(0, None, []) is None
+
+
+def test_one_gpu_is_held_by_one_worker_at_a_time(tmp_path: Path) -> None:
+    device = _devices()[1]
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom pytest_ptxbench.pinning import exclusive\n"
+            "from pytest_ptxbench.device import parse_devices\n"
+            f"device = parse_devices({TWO_GPUS!r})[1]\n"
+            "with exclusive(device):\n    print('held', flush=True)\n    time.sleep(1.5)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    started = time.monotonic()
+    with exclusive(device):
+        waited = time.monotonic() - started
+    holder.wait(timeout=30)
+    assert waited > 0.5
+
+
+@pytest.fixture
+def two_gpus(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """nvidia-smi on PATH answering for two H200s; no CUDA_VISIBLE_DEVICES from the caller."""
+    bin_dir = project.path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\ncat <<'EOF'\n{TWO_GPUS}\nEOF\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    return project
+
+
+def test_one_worker_per_gpu_with_tasks_kept_together(two_gpus: pytest.Pytester) -> None:
+    select = "gemm-n128-k2048 or gemm-n256-k7168 or gemm-n7168-k5120"
+    result = two_gpus.runpytest_subprocess(
+        "tasks", "-n", "auto", "--dist", "loadgroup", "--ptx-gpu=b200", "--ptx-shapes=visible", "-k", select
+    )
+    result.assert_outcomes(skipped=6)
+    result.stdout.fnmatch_lines(["*2 workers*", "*= ptxbench =*"])
+    [out] = (two_gpus.path / "runs").iterdir()  # one run directory for the controller and its workers
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 6
+    uuids = {d.index: d.uuid for d in _devices()}
+    for row in rows:
+        assert row["cuda_visible_devices"] == uuids[int(row["worker"].removeprefix("gw"))]
+    for task in {r["task"] for r in rows}:
+        assert len({r["worker"] for r in rows if r["task"] == task}) == 1, f"{task} was split across workers"
