@@ -23,12 +23,14 @@ def summary_row(evaluation_row: dict[str, Any]) -> dict[str, Any]:
         "stages": stages,
         "outcome": evaluation_row["outcome"],
         "latency_ms": timing.get("median_ms"),
+        "baseline_ms": timing.get("baseline_median_ms"),
         "speedup": timing.get("speedup"),
+        "tflops": timing.get("tflops"),
     }
 
 
 def render(rows: list[dict[str, Any]]) -> list[str]:
-    header = ["task", "target", "shape", *STAGES, "latency", "speedup", "outcome"]
+    header = ["task", "target", "shape", *STAGES, "latency", "baseline", "speedup", "TFLOP/s", "outcome"]
     table = [header]
     for row in sorted(rows, key=lambda r: r["id"]):
         table.append(
@@ -37,10 +39,16 @@ def render(rows: list[dict[str, Any]]) -> list[str]:
                 row["target"],
                 row["shape"],
                 *(_SHORT.get(row["stages"].get(stage, "skipped"), "?") for stage in STAGES),
-                f"{row['latency_ms']:.3f} ms" if row["latency_ms"] is not None else "-",
-                f"{row['speedup']:.2f}x" if row["speedup"] is not None else "-",
+                _number(row.get("latency_ms"), "{:.3f} ms"),
+                _number(row.get("baseline_ms"), "{:.3f} ms"),
+                _number(row.get("speedup"), "{:.2f}x"),
+                _number(row.get("tflops"), "{:.0f}"),
                 row["outcome"],
             ]
         )
     widths = [max(len(str(r[i])) for r in table) for i in range(len(header))]
     return ["  ".join(str(cell).ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in table]
+
+
+def _number(value: float | None, form: str) -> str:
+    return form.format(value) if value is not None else "-"

@@ -98,7 +98,7 @@ def test_reference_gemm_without_gpu_is_skipped_with_what_passed(project: pytest.
             "ptxbench devices: none",
             "ptxbench tools: nvcc *, cuobjdump *",
             "*= ptxbench =*",
-            "task * target * shape * build * inspect * check * profile * sanitize * time * latency * speedup * outcome",
+            "task * target * shape * build * inspect * check * profile * sanitize * time * latency * baseline * speedup * TFLOP/s * outcome",
             "gemm-n128-k2048 * h100 * m8192 * ok * ok * - * - * - * - * - * - * skipped",
             f"SKIPPED [[]4[]] *: {SKIP_REASON}",
         ]

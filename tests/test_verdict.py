@@ -44,3 +44,46 @@ def test_tool_unavailable_never_counts_as_passed() -> None:
 def test_missing_stages_are_named() -> None:
     decision = decide([Verdict("build", Status.PASSED, "built")])
     assert decision.reason == "passed: build; inspect, check, profile, sanitize, time did not run"
+
+
+def test_summary_table_shows_the_time_stage_figures() -> None:
+    from pytest_ptxbench.summary import render, summary_row
+
+    time = Verdict(
+        "time",
+        Status.PASSED,
+        "ok",
+        {"median_ms": 0.8112, "baseline_median_ms": 0.7415, "speedup": 0.914, "tflops": 741.3},
+    )
+    row = {
+        "id": "gemm-n7168-k5120-h100-m8192",
+        "task": "gemm-n7168-k5120",
+        "target": "h100",
+        "outcome": "passed",
+        "verdicts": [v.to_json() for v in _all(Status.PASSED)[:-1]] + [time.to_json()],
+    }
+    header, line = render([summary_row(row)])
+    assert header.split() == [
+        "task",
+        "target",
+        "shape",
+        *STAGES,
+        "latency",
+        "baseline",
+        "speedup",
+        "TFLOP/s",
+        "outcome",
+    ]
+    assert line.split() == [
+        "gemm-n7168-k5120",
+        "h100",
+        "m8192",
+        *["ok"] * 6,
+        "0.811",
+        "ms",
+        "0.742",
+        "ms",
+        "0.91x",
+        "741",
+        "passed",
+    ]
