@@ -126,7 +126,7 @@ class GpuStages:
             return [Verdict("check", Status.TOOL_UNAVAILABLE, f"no reference: {exc}")]
         folder = self.scratch / "candidates" / candidate.digest / prepared.key
         env = child_environment(folder)
-        load = self._load_request(candidate, family, library, prepared)
+        load = self._load_request(family, library, prepared)
         child = Child("candidate", folder, env, prefix=self.sandbox.prefix)
         try:
             verdicts = [self._check(child, load, family, prepared, folder)]
@@ -139,7 +139,7 @@ class GpuStages:
         finally:
             child.close()
 
-    def _load_request(self, candidate: Candidate, family: Family, library: Path, prepared: Prepared) -> dict[str, Any]:
+    def _load_request(self, family: Family, library: Path, prepared: Prepared) -> dict[str, Any]:
         cudart = find_library("libcudart.so.13")
         return {
             "op": "load",
@@ -227,7 +227,7 @@ class GpuStages:
                 {
                     "result": str(result),
                     "requests": [
-                        self._load_request(candidate, family, library, prepared),
+                        self._load_request(family, library, prepared),
                         {"op": "sets", "sets": [prepared.sets[0]["inputs"]]},
                         {
                             "op": "check",
