@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pytest_ptxbench.verdict import Status
 
 from .conftest import KERNELS, PLAIN_SM90, TASKS, BuildAndInspect
@@ -121,3 +123,28 @@ def test_build_keeps_ptxas_resources(build_and_inspect: BuildAndInspect) -> None
     resources = built.data["resources"]
     assert list(resources) == ["_Z12wgmma_kernelP13__nv_bfloat16mmi"]
     assert resources["_Z12wgmma_kernelP13__nv_bfloat16mmi"]["registers"] > 0
+
+
+@pytest.mark.parametrize(
+    ("planted", "forbidden"),
+    [
+        ("host_background_thread.cu", "_ZNSt6thread15_M_start_thread"),
+        ("host_own_stream.cu", "cudaStreamCreateWithFlags"),
+        ("host_graph_replay.cu", "cudaGraphLaunch"),
+        ("host_persisting_l2.cu", "cudaStreamSetAttribute"),
+        ("host_persisting_l2.cu", "cudaDeviceSetLimit"),
+        ("host_patches_memory.cu", "mprotect"),
+        ("host_spawns_process.cu", "execve"),
+        ("host_reads_api_key.cu", "getenv"),
+        ("host_opens_socket.cu", "connect"),
+        ("host_writes_checkout.cu", "fopen"),
+    ],
+)
+def test_planted_host_cheats_fail_the_allow_list(
+    build_and_inspect: BuildAndInspect, planted: str, forbidden: str
+) -> None:
+    built, inspected = build_and_inspect(KERNELS / "planted" / planted, required=())
+    assert built.passed, built.message
+    assert inspected is not None and inspected.status is Status.FAILED
+    assert any(name.startswith(forbidden) for name in inspected.data["forbidden_imports"]), inspected.message
+    assert "host code imports symbols outside the allow-list: " in inspected.message
