@@ -121,3 +121,24 @@ def test_a_hang_fails_that_candidate_only(pipeline: Pipeline, gemm: Family) -> N
 def test_stage_logs_are_kept(pipeline: Pipeline) -> None:
     logs = Path(pipeline.run.path, "logs")
     assert list(logs.glob("*/*/profile/plan.ncu.csv")), "ncu's CSV is kept in the run directory"
+
+
+@pytest.mark.parametrize(
+    ("planted", "message"),
+    [
+        ("writes_nothing.cu", "elements of C never written"),
+        ("caches_by_pointer.cu", "elements of C never written"),
+        ("mutates_input.cu", "the call changed its inputs: A"),
+    ],
+)
+def test_output_and_input_cheats_fail_check(pipeline: Pipeline, gemm: Family, planted: str, message: str) -> None:
+    verdicts = _run(pipeline, _no_opcodes(gemm), (PLANTED / planted).read_text())
+    assert verdicts["check"].status is Status.FAILED
+    assert message in verdicts["check"].message
+
+
+def test_drifting_after_the_check_fails_time(pipeline: Pipeline, gemm: Family) -> None:
+    verdicts = _run(pipeline, _no_opcodes(gemm), (PLANTED / "drifts_after_checking.cu").read_text())
+    assert verdicts["check"].passed, verdicts["check"].message
+    assert verdicts["time"].status is Status.FAILED
+    assert "outputs of timed runs are wrong" in verdicts["time"].message

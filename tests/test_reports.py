@@ -132,7 +132,7 @@ def test_runs_are_merged_and_a_reference_run_has_no_turns(run: Path, tmp_path: P
 
 def test_different_task_sets_are_refused_unless_allowed(run: Path, tmp_path: Path, gemm: Family) -> None:
     other = write_run(tmp_path / "other", gemm, MODEL, [[Turn(7, 1.5)]], task_set="fedcba9876543210")
-    with pytest.raises(RunError, match="different task sets: 0123456789abcdef .*, fedcba9876543210 .*--allow-mixed"):
+    with pytest.raises(RunError, match=r"different task sets: 0123456789abcdef .*, fedcba9876543210 .*--allow-mixed"):
         load_runs([run, other], allow_mixed=False)
     assert len(load_runs([run, other], allow_mixed=True)) == 2
 
@@ -178,7 +178,7 @@ def test_compare_shows_what_changed(
     run: Path, tmp_path: Path, gemm: Family, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # B: t1 now 1.5x (faster), t2 unchanged, t3 passes profile (failed → passed), t4 still no kernel
-    changed = [SCRIPTS[0][:1] + [Turn(2, 1.5)], SCRIPTS[1], SCRIPTS[2][:1] + [Turn(6, 2.0)], SCRIPTS[3]]
+    changed = [[*SCRIPTS[0][:1], Turn(2, 1.5)], SCRIPTS[1], [*SCRIPTS[2][:1], Turn(6, 2.0)], SCRIPTS[3]]
     b = write_run(tmp_path / "b", gemm, MODEL, changed)
     table = compare(load_run(run), load_run(b))
     assert {r[0].rsplit("-", 1)[1] for r in table.rows} == {"t1", "t3"}

@@ -3,7 +3,6 @@ the file, and the commands then write nothing."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -79,8 +78,3 @@ def test_commands_on_bad_input_fail_clearly_and_write_nothing(
     assert main(["compare", str(run), str(tmp_path / "nothing")]) == 2
     assert not out.exists() and not data.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
-
-
-def test_environment_keeps_the_writer_format(run: Path) -> None:
-    environment = json.loads((run / "environment.json").read_text())
-    assert environment["format"] == "ptxbench-run/1" and environment["harness_version"]
