@@ -34,6 +34,7 @@ class Pipeline:
         self.settings = settings
         self._static: dict[tuple[str, str, str], list[Verdict]] = {}
         self._gpu: GpuStages | None = None
+        self._judged: dict[tuple[str, str, str, str], list[Verdict]] = {}
 
     def evaluate(
         self, candidate: Candidate, family: Family, task: Task, target: Target, shapes: Sequence[Shape]
@@ -75,11 +76,15 @@ class Pipeline:
             self._gpu = GpuStages(self.settings, self.run.path)
         static = self.static(candidate, family, target)
         verdicts = []
-        with exclusive(device):
-            for shape in shapes:
-                for verdict in self._gpu.evaluate(candidate, family, task, target, shape, static):
+        for shape in shapes:
+            key = (candidate.digest, task.name, target.name, shape.id)
+            if key not in self._judged:  # a model's final kernel was judged on the visible shapes already
+                with exclusive(device):
+                    judged = self._gpu.evaluate(candidate, family, task, target, shape, static)
+                for verdict in judged:
                     verdict.data.setdefault("shape", shape.id)
-                    verdicts.append(verdict)
+                self._judged[key] = judged
+            verdicts += self._judged[key]
         return verdicts
 
     def close(self) -> None:
