@@ -37,9 +37,9 @@ def pinned(index: int, caller_mask: str | None, devices: list[Device]) -> str | 
     return entries[index % len(entries)] if entries else None
 
 
-def pin_worker(devices: list[Device]) -> str | None:
+def pin_worker(worker_id: str | None, devices: list[Device]) -> str | None:
     """Pin this xdist worker's GPU in the environment the worker's children inherit."""
-    index = worker_index(os.environ.get("PYTEST_XDIST_WORKER"))
+    index = worker_index(worker_id)
     if index is None:
         return None
     value = pinned(index, os.environ.get("CUDA_VISIBLE_DEVICES"), devices)

@@ -42,7 +42,9 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
-    pin_worker(detect_devices())  # before anything starts CUDA; a no-op outside xdist workers
+    worker = getattr(config, "workerinput", {}).get("workerid")  # set by xdist in its workers only
+    if worker is not None:
+        pin_worker(worker, detect_devices())  # before anything starts CUDA
     harness = Harness(config)
     config.stash[HARNESS] = harness
     config.pluginmanager.register(Recorder(), "ptxbench-recorder")

@@ -79,6 +79,7 @@ def two_gpus(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytes
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # when this suite itself runs under xdist
     return project
 
 
