@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from .candidate import Candidate
-from .catalogue import AxisValue, Family, Shape, Task
 from .child import wire
 from .stages import check, profile, sanitize, timing
 from .targets import Target
+from .task.catalogue import AxisValue, Family, Shape, Task
 from .toolchain import find_library, find_tool
 from .verdict import Status, Verdict
 from .workers import PACKAGE_ROOT, Child, ChildFailed, Sandbox, child_command, child_environment, make_sandbox

@@ -9,7 +9,7 @@ import pytest
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from .agents import Agent
+    from .agent import Agent
 
 
 @pytest.hookspec(firstresult=True)

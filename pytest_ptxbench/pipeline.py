@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .candidate import Candidate
-from .catalogue import Family, Shape, Task
 from .device import Device, device_for, missing_device
 from .pinning import exclusive
 from .rundir import RunDirectory
 from .stages.build import build
 from .stages.inspect import inspect
 from .targets import Target
+from .task.catalogue import Family, Shape, Task
 from .verdict import GPU_STAGES, Status, Verdict
 
 if TYPE_CHECKING:

@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 
 from . import hookspec, settings
-from .agents import Agent, builtin_agent
+from .agent import Agent, builtin_agent
 from .benchmarking import ReplayClock, record
-from .cases import Case
 from .device import detect_devices
 from .pinning import pin_worker
 from .session import Harness
 from .summary import PROPERTY, render, summary_row
 from .targets import TARGETS
+from .task.cases import Case
 from .verdict import Outcome
 
 HARNESS = pytest.StashKey[Harness]()

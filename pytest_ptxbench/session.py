@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from .agents import Agent, NoKernel
+from .agent import Agent, NoKernel
 from .candidate import Candidate
-from .cases import Case, make_cases
-from .catalogue import Family, TaskFileError, load_catalogue, replace_hidden
 from .device import Device, detect_devices, device_for
 from .pipeline import Pipeline
 from .rundir import RunDirectory, default_path, task_set_hash
 from .settings import resolve_all
 from .targets import select_targets
+from .task.cases import Case, make_cases
+from .task.catalogue import Family, TaskFileError, load_catalogue, replace_hidden
 from .toolchain import TOOLS, Tool, find_tool
 from .verdict import Decision, Outcome, Verdict, decide
 

@@ -18,9 +18,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pytest_ptxbench.catalogue import load_family
 from pytest_ptxbench.gpu import TRUSTED_TIMEOUT, GpuStages
 from pytest_ptxbench.settings import OPTIONS
+from pytest_ptxbench.task.catalogue import load_family
 from pytest_ptxbench.toolchain import find_library
 from pytest_ptxbench.workers import Child, child_environment
 

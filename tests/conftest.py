@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from pytest_ptxbench.candidate import Candidate
-from pytest_ptxbench.catalogue import Family, load_family
 from pytest_ptxbench.stages.build import build
 from pytest_ptxbench.stages.inspect import inspect
 from pytest_ptxbench.targets import TARGETS, Target
+from pytest_ptxbench.task.catalogue import Family, load_family
 from pytest_ptxbench.toolchain import find_tool
 from pytest_ptxbench.verdict import Verdict
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_ptxbench.agent.models import Reply
+from pytest_ptxbench.agent.trajectory import Trajectory, file_name
 from pytest_ptxbench.candidate import Candidate
-from pytest_ptxbench.cases import Case
-from pytest_ptxbench.catalogue import Family, Shape
-from pytest_ptxbench.models import Reply
 from pytest_ptxbench.rundir import RunDirectory
 from pytest_ptxbench.session import Evaluation
 from pytest_ptxbench.targets import TARGETS
-from pytest_ptxbench.trajectory import Trajectory, file_name
+from pytest_ptxbench.task.cases import Case
+from pytest_ptxbench.task.catalogue import Family, Shape
 from pytest_ptxbench.verdict import Decision, Outcome, Status, Verdict, decide
 
 H100 = TARGETS["h100"]

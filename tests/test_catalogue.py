@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pytest_ptxbench.catalogue import TaskFileError, load_catalogue, load_family, replace_hidden
-from pytest_ptxbench.formula import Formula, FormulaError
+from pytest_ptxbench.task.catalogue import TaskFileError, load_catalogue, load_family, replace_hidden
+from pytest_ptxbench.task.formula import Formula, FormulaError
 
 from .conftest import TASKS
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_ptxbench.extract import blocks, defines, extract_kernel
+from pytest_ptxbench.agent.extract import blocks, defines, extract_kernel
 
 LAUNCHER = "ptxbench_gemm"
 KERNEL = 'extern "C" cudaError_t ptxbench_gemm(const __nv_bfloat16* A, int M) {\n  return cudaSuccess;\n}\n'

@@ -15,11 +15,12 @@ from typing import Any
 
 import pytest
 
-from pytest_ptxbench import fixit, report
 from pytest_ptxbench.candidate import Candidate
-from pytest_ptxbench.cli import main
-from pytest_ptxbench.runs import load_run
-from pytest_ptxbench.scores import score_runs
+from pytest_ptxbench.report import fixit
+from pytest_ptxbench.report.cli import main
+from pytest_ptxbench.report.runs import load_run
+from pytest_ptxbench.report.scores import score_runs
+from pytest_ptxbench.report.tables import tables as build_tables
 
 from .conftest import KERNELS, ROOT, TASKS
 from .fake_models import FakeModelServer, Step, fenced
@@ -69,7 +70,7 @@ def by_source(rows: list[dict[str, Any]]) -> list[tuple[str, str, int, int | Non
 
 
 def test_report_of_a_recorded_run(recorded: Path) -> None:
-    tables = {t.title: t for t in report.tables(score_runs([load_run(recorded)]))}
+    tables = {t.title: t for t in build_tables(score_runs([load_run(recorded)]))}
     model = "openai-compatible:fake-model"
     assert tables["Results"].rows == [
         [model, "h100", "gemm-n128-k2048", "2", "0/2 = 0% [0%, 66%]", "0/2 = 0% [0%, 66%]", "–", "–"]

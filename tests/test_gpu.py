@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from pytest_ptxbench.candidate import Candidate
-from pytest_ptxbench.catalogue import Family, Shape, Task, load_family
 from pytest_ptxbench.device import detect_devices, device_for, missing_device
 from pytest_ptxbench.pipeline import Pipeline
 from pytest_ptxbench.rundir import RunDirectory
 from pytest_ptxbench.settings import OPTIONS
 from pytest_ptxbench.targets import TARGETS
+from pytest_ptxbench.task.catalogue import Family, Shape, Task, load_family
 from pytest_ptxbench.verdict import Status, Verdict
 
 from .conftest import KERNELS, TASKS

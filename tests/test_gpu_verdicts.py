@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_ptxbench.catalogue import Tolerance
 from pytest_ptxbench.child import wire
 from pytest_ptxbench.parsers import ncu, sass
 from pytest_ptxbench.stages import check, profile, timing
+from pytest_ptxbench.task.catalogue import Tolerance
 from pytest_ptxbench.verdict import Status
 from pytest_ptxbench.workers import Child, ChildFailed, child_environment
 

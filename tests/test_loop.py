@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from pytest_ptxbench.agents import NoKernel
+from pytest_ptxbench.agent import NoKernel
+from pytest_ptxbench.agent.loop import ModelAgent
+from pytest_ptxbench.agent.models.specs import parse_spec
+from pytest_ptxbench.agent.replay import ReplayAgent
 from pytest_ptxbench.candidate import Candidate
-from pytest_ptxbench.catalogue import Family
-from pytest_ptxbench.loop import ModelAgent
-from pytest_ptxbench.models.specs import parse_spec
 from pytest_ptxbench.pipeline import Pipeline
-from pytest_ptxbench.replay import ReplayAgent
 from pytest_ptxbench.rundir import RunDirectory
 from pytest_ptxbench.targets import TARGETS
+from pytest_ptxbench.task.catalogue import Family
 from pytest_ptxbench.verdict import STAGES, Status, Verdict
 
 from .conftest import KERNELS, TASKS

@@ -7,10 +7,10 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_ptxbench.models import MissingKey, ModelError, Reply
-from pytest_ptxbench.models.prices import cost
-from pytest_ptxbench.models.retry import with_retries
-from pytest_ptxbench.models.specs import ALIASES, RetryingClient, api_key, connect, parse_spec
+from pytest_ptxbench.agent.models import MissingKey, ModelError, Reply
+from pytest_ptxbench.agent.models.prices import cost
+from pytest_ptxbench.agent.models.retry import with_retries
+from pytest_ptxbench.agent.models.specs import ALIASES, RetryingClient, api_key, connect, parse_spec
 
 from .fake_models import FakeModelServer, Step, conversation
 from .model_settings import model_settings

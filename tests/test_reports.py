@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ptxbench import report
-from pytest_ptxbench.catalogue import Family
-from pytest_ptxbench.cli import load_runs, main
-from pytest_ptxbench.compare import compare
-from pytest_ptxbench.runs import RunError, load_run
-from pytest_ptxbench.scores import Score, score_runs
-from pytest_ptxbench.stats import bootstrap_geomean, fast_p, pass_at_k, wilson
+from pytest_ptxbench.report.cli import load_runs, main
+from pytest_ptxbench.report.compare import compare
+from pytest_ptxbench.report.runs import RunError, load_run
+from pytest_ptxbench.report.scores import Score, score_runs
+from pytest_ptxbench.report.stats import bootstrap_geomean, fast_p, pass_at_k, wilson
+from pytest_ptxbench.report.tables import Table
+from pytest_ptxbench.report.tables import tables as build_tables
+from pytest_ptxbench.task.catalogue import Family
 
 from .synthetic_runs import Turn, write_run
 
@@ -39,7 +40,7 @@ def run(tmp_path: Path, gemm: Family) -> Path:
     return write_run(tmp_path / "run", gemm, MODEL, SCRIPTS)
 
 
-def rows(table: report.Table) -> list[list[str]]:
+def rows(table: Table) -> list[list[str]]:
     return table.rows
 
 
@@ -86,7 +87,7 @@ def test_scores_of_each_trajectory(run: Path) -> None:
 
 
 def test_report_tables_hold_the_known_numbers(run: Path) -> None:
-    tables = {t.title: t for t in report.tables(score_runs([load_run(run)]))}
+    tables = {t.title: t for t in build_tables(score_runs([load_run(run)]))}
     assert rows(tables["Results"]) == [
         [
             MODEL, "h100", "gemm-n128-k2048", "4",
@@ -122,7 +123,7 @@ def test_report_tables_hold_the_known_numbers(run: Path) -> None:
 def test_runs_are_merged_and_a_reference_run_has_no_turns(run: Path, tmp_path: Path, gemm: Family) -> None:
     other = write_run(tmp_path / "other", gemm, MODEL, [[Turn(7, 1.5)]])
     reference = write_run(tmp_path / "reference", gemm, "reference", [[Turn(8, 0.9)]], turns=0)
-    tables = {t.title: t for t in report.tables(score_runs(load_runs([run, other, reference], False)))}
+    tables = {t.title: t for t in build_tables(score_runs(load_runs([run, other, reference], False)))}
     assert [r[:5] for r in rows(tables["Results"])] == [
         [MODEL, "h100", "gemm-n128-k2048", "5", "4/5 = 80% [38%, 96%]"],
         ["reference", "h100", "gemm-n128-k2048", "1", "1/1 = 100% [21%, 100%]"],

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ptxbench.catalogue import Family
-from pytest_ptxbench.cli import main
-from pytest_ptxbench.runs import RunError, load_run
+from pytest_ptxbench.report.cli import main
+from pytest_ptxbench.report.runs import RunError, load_run
+from pytest_ptxbench.task.catalogue import Family
 
 from .synthetic_runs import Turn, write_run
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from .. import process
 from ..candidate import Candidate
-from ..catalogue import Launcher
 from ..parsers import ptxas
 from ..targets import Target
+from ..task.catalogue import Launcher
 from ..toolchain import driver_library, find_tool
 from ..verdict import Status, Verdict
 

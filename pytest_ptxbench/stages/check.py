@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..catalogue import Tolerance
 from ..child.wire import as_float
+from ..task.catalogue import Tolerance
 from ..verdict import Status, Verdict
 
 POISONS = (0xFF, 0x7F)  # NaN in every float format; a huge finite value (bf16 0x7F7F, fp32 0x7F7F7F7F)

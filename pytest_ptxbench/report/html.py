@@ -9,9 +9,9 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
-from .report import Table, cells
 from .scores import TURN_CATEGORIES, TrajectoryScore
 from .stats import wilson
+from .tables import Table, cells
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }

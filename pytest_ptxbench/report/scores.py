@@ -10,10 +10,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..agent.trajectory import Trajectory
+from ..verdict import STAGES
 from .runs import Run
 from .stats import geomean
-from .trajectory import Trajectory
-from .verdict import STAGES
 
 NO_KERNEL = "no kernel"
 NONE_FAILED = "none failed"  # no stage failed, some could not run here

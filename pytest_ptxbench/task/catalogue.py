@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
+from ..targets import TARGETS
 from .formula import Formula, FormulaError
-from .targets import TARGETS
 
 ROLES = ("input", "output", "scalar", "workspace", "workspace_bytes", "stream")
 DTYPES = ("bf16", "fp16", "fp32")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .report import Table
 from .runs import Run
+from .tables import Table
 
 SPEEDUP_CHANGE = 0.02  # relative change in speedup below which a test is "unchanged"
 

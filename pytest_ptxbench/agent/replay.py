@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .agents import NoKernel
-from .candidate import Candidate
-from .catalogue import Family, Task
+from ..candidate import Candidate
+from ..pipeline import Evaluate
+from ..targets import Target
+from ..task.catalogue import Family, Task
+from . import NoKernel
 from .loop import judge, judge_kernel, result
-from .pipeline import Evaluate
-from .targets import Target
 from .trajectory import Trajectory, TrajectoryError, file_name
 
 

@@ -7,14 +7,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import fixit, report, report_html
+from ..agent.models import MissingKey
+from ..rundir import write_atomic
+from ..settings import OPTIONS
+from ..verdict import STAGES
+from . import fixit, html
 from .compare import compare
-from .models import MissingKey
-from .rundir import write_atomic
 from .runs import Run, RunError, load_run
 from .scores import score_runs
-from .settings import OPTIONS
-from .verdict import STAGES
+from .tables import markdown, tables
 
 
 def load_runs(paths: Sequence[Path], allow_mixed: bool) -> list[Run]:
@@ -33,18 +34,18 @@ def run_report(paths: Sequence[Path], out: Path, allow_mixed: bool, plots: bool)
     """Write `report.md` and `report.html` to `out`; returns their paths."""
     runs = load_runs(paths, allow_mixed)
     scores = score_runs(runs)
-    tables = report.tables(scores)
+    built = tables(scores)
     preamble = [
         f"{run.path}: model {run.model}, task set {run.task_set}, harness {run.environment.get('harness_version')}, "
         f"devices {', '.join(d.get('name', '?') for d in run.environment.get('devices', [])) or 'none'}"
         for run in runs
     ]
     title = "ptxbench report"
-    images = report_html.plots(scores) if plots else []
+    images = html.plots(scores) if plots else []
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "report.md", out / "report.html"]
-    write_atomic(written[0], report.markdown(title, preamble, tables))
-    write_atomic(written[1], report_html.render(title, preamble, tables, images))
+    write_atomic(written[0], markdown(title, preamble, built))
+    write_atomic(written[1], html.render(title, preamble, built, images))
     return written
 
 
@@ -54,8 +55,8 @@ def run_fixit(args: argparse.Namespace) -> str:
     rows = fixit.self_repairs(runs, args.verification)
     lines = [f"self-repairs: {len(rows)}"]
     if args.teacher:
+        from ..agent.models.specs import check_sdk, connect, parse_spec
         from .fixit_teacher import teach
-        from .models.specs import check_sdk, connect, parse_spec
 
         settings = {option.name: option.default for option in OPTIONS}
         settings.update(model=args.teacher, base_url=args.base_url)
@@ -135,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(table.markdown())
         else:
             print(run_fixit(args))
-    except (RunError, ValueError, MissingKey, report_html.MissingMatplotlib) as exc:
+    except (RunError, ValueError, MissingKey, html.MissingMatplotlib) as exc:
         print(f"ptxbench {args.command}: error: {exc}", file=sys.stderr)
         return 2
     return 0

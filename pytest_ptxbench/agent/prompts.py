@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from importlib import resources
 
-from .allowlist import ALLOWED_IMPORTS
-from .catalogue import Family, Task, shape_values
+from ..allowlist import ALLOWED_IMPORTS
+from ..stages.build import flags
+from ..targets import Target
+from ..task.catalogue import Family, Task, shape_values
 from .feedback import expected
-from .stages.build import flags
-from .targets import Target
 
 SYSTEM = """\
 You write CUDA kernels for {label} GPUs ({arch}) that use the architecture's own instructions, are correct
@@ -33,7 +33,7 @@ that are multiples of no natural tile) score the kernel too."""
 
 
 def system_prompt(target: Target) -> str:
-    notes = resources.files("pytest_ptxbench").joinpath("notes").joinpath(f"{target.name}.md").read_text()
+    notes = resources.files("pytest_ptxbench.agent").joinpath("notes").joinpath(f"{target.name}.md").read_text()
     return SYSTEM.format(label=target.label, arch=target.arch, flags=" ".join(flags(target)), notes=notes.strip())
 
 

@@ -15,11 +15,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .candidate import Candidate
+from .. import __version__
+from ..candidate import Candidate
+from ..rundir import write_atomic
+from ..verdict import Outcome, Status, Verdict, decide
 from .models import Message, Reply
-from .rundir import write_atomic
-from .verdict import Outcome, Status, Verdict, decide
 
 FORMAT = "ptxbench-trajectory/1"
 MINI_SWE_AGENT_FORMAT = "mini-swe-agent-1"

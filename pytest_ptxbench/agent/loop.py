@@ -12,17 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import feedback, prompts
-from .agents import NoKernel
-from .candidate import Candidate
-from .catalogue import Family, Task
+from ..candidate import Candidate
+from ..pipeline import Evaluate
+from ..targets import Target
+from ..task.catalogue import Family, Task
+from . import NoKernel, feedback, prompts
 from .extract import extract_kernel
 from .ledger import Ledger
 from .models import MissingKey, ModelClient, ModelError
 from .models.prices import cost
 from .models.specs import ModelSpec, connect
-from .pipeline import Evaluate
-from .targets import Target
 from .trajectory import Trajectory, file_name, standing
 
 

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from .candidate import Candidate
-from .catalogue import Family, Task
+from ..candidate import Candidate
+from ..pipeline import Evaluate
+from ..targets import Target
+from ..task.catalogue import Family, Task
 from .models.prices import price
 from .models.specs import check_sdk, parse_spec
-from .pipeline import Evaluate
-from .targets import Target
 
 
 @dataclass(frozen=True)

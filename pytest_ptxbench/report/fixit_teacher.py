@@ -10,16 +10,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .candidate import Candidate
-from .catalogue import Family, load_catalogue
-from .device import detect_devices
-from .extract import extract_kernel
+from ..agent.extract import extract_kernel
+from ..agent.models import ModelClient, ModelError
+from ..candidate import Candidate
+from ..device import detect_devices
+from ..pipeline import Pipeline
+from ..rundir import RunDirectory, task_set_hash
+from ..targets import TARGETS
+from ..task.catalogue import Family, load_catalogue
 from .fixit import LEVELS, FailedTurn, example, verification
-from .models import ModelClient, ModelError
-from .pipeline import Pipeline
-from .rundir import RunDirectory, task_set_hash
 from .runs import RunError
-from .targets import TARGETS
 
 
 @dataclass

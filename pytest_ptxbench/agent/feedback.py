@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .verdict import Status, Verdict
+from ..verdict import Status, Verdict
 
 MAX_LOG_LINES = 40
 MAX_LOG_CHARS = 3000

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .rundir import FORMAT
-from .trajectory import Trajectory, TrajectoryError
-from .verdict import Verdict
+from ..agent.trajectory import Trajectory, TrajectoryError
+from ..rundir import FORMAT
+from ..verdict import Verdict
 
 RESULT_FIELDS = ("id", "task", "target", "shape", "hidden", "trajectory", "model", "outcome", "verdicts")
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .rundir import write_atomic
+from ..agent.trajectory import Trajectory, standing
+from ..rundir import write_atomic
 from .runs import Run
 from .scores import turn_category
-from .trajectory import Trajectory, standing
 
 LEVELS = {"static": 2, "full": 3}  # verification level → the `standing` rank it needs
 REPAIR_REQUEST = (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..targets import Target
 from .catalogue import Family, Shape, Task, shape_values
-from .targets import Target
 
 SLOW_FLOPS = 4e12  # shapes of at least this many FLOPs carry the `slow` marker
 
