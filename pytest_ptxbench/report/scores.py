@@ -30,6 +30,7 @@ class Score:
     correct: bool = False
     verified: bool = False
     speedup: float | None = None
+    checked: bool = field(default=False, compare=False)  # the check stage ran (no GPU: it did not)
 
 
 def score(verdicts: Iterable[Mapping[str, Any]]) -> Score:
@@ -45,7 +46,8 @@ def score(verdicts: Iterable[Mapping[str, Any]]) -> Score:
     speedups = [v["data"].get("speedup") for v in by_stage.get("time", []) if v["status"] == "passed"]
     timed = [float(s) for s in speedups if isinstance(s, (int, float)) and s > 0]
     every_shape = correct and len(timed) == len(by_stage["check"])
-    return Score(correct, verified, geomean(timed) if every_shape else None)
+    checked = any(v["status"] in ("passed", "failed") for v in by_stage.get("check", []))
+    return Score(correct, verified, geomean(timed) if every_shape else None, checked)
 
 
 def turn_category(turn: Mapping[str, Any]) -> str:

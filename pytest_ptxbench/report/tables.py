@@ -34,10 +34,12 @@ class Table:
 
 
 def share(scores: Sequence[Score], what: Callable[[Score], bool]) -> str:
-    """`k/n = p% [lo%, hi%]` with the Wilson interval."""
+    """`k/n = p% [lo%, hi%]` with the Wilson interval; `not run` where no check stage ran (no GPU)."""
     n, k = len(scores), sum(1 for s in scores if what(s))
     if n == 0:
         return "–"
+    if not any(s.checked for s in scores):
+        return "not run"
     lo, hi = wilson(k, n)
     return f"{k}/{n} = {k / n:.0%} [{lo:.0%}, {hi:.0%}]"
 
