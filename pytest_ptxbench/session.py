@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from .agent import Agent, NoKernel
+from .agent.trajectory import budget_kernels
 from .candidate import Candidate
 from .device import Device, detect_devices, device_for
 from .pipeline import Pipeline
@@ -43,6 +44,7 @@ class Evaluation:
             "shape": dict(self.case.shape.values),
             "hidden": self.case.shape.hidden,
             "trajectory": self.case.trajectory,
+            "budget": None,
             "model": model,
             "outcome": self.decision.outcome.value,
             "reason": self.decision.reason,
@@ -124,8 +126,21 @@ class Harness:
         else:
             verdicts = self.pipeline.evaluate(candidate, case.family, case.task, case.target, [case.shape])
             evaluation = Evaluation(case, candidate, verdicts, decide(verdicts, settings["require_gpu"]), device)
+            if case.shape.hidden:
+                self._score_budgets(case, candidate, device)
         self.run.append_result(evaluation.row(self.settings["model"]))
         return evaluation
+
+    def _score_budgets(self, case: Case, final: Candidate, device: Device | None) -> None:
+        """DESIGN §5: the best kernel within each turn budget (1, 4, 8) is scored on the hidden shapes too.
+        Rows carry `budget`; they are records for the report, not test outcomes."""
+        kernels = budget_kernels(self.run.path, case.task.name, case.target.name, case.trajectory)
+        for budget, kernel in sorted(kernels.items()):
+            if kernel.digest == final.digest:
+                continue  # the final kernel's own row scores this budget
+            verdicts = self.pipeline.evaluate(kernel, case.family, case.task, case.target, [case.shape])
+            scored = Evaluation(case, kernel, verdicts, decide(verdicts), device)
+            self.run.append_result({**scored.row(self.settings["model"]), "budget": budget})
 
     def _kernel(self, case: Case) -> Candidate | NoKernel:
         """The agent's kernel for the case's task and trajectory, asked for once (every shape test shares it)."""

@@ -160,3 +160,33 @@ def test_a_killed_run_resumes_without_losing_or_repeating_a_turn(project: pytest
     assert [t[-1][:2] for t in judged(record)] == [("build", "failed"), ("inspect", "failed"), ("inspect", "failed")]
     assert len(server.requests) == 4  # 1 done + 1 killed + turns 2 and 3
     assert record["info"]["exit_status"] == "turns used" and record["info"]["model_stats"]["api_calls"] == 3
+
+
+def test_each_turn_budgets_best_kernel_is_scored_on_hidden_shapes(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, keys: None
+) -> None:
+    """Budget 1's best kernel (turn 1) differs from the final one (turn 3, which wins the tie as the later):
+    the hidden-shape test scores both, the budget's row marked `budget: 1`; the report reads it."""
+    pytest.importorskip("openai", reason="the openai SDK is not installed (pip install 'pytest-ptxbench[models]')")
+    out = project.path / "run"
+    later = REFERENCE + "\n// the same kernel, handed over again\n"
+    script = [Step(fenced(REFERENCE)), Step(fenced("int broken(")), Step(fenced(later)), Step(fenced("int broken("))]
+    with FakeModelServer("openai", script) as server:
+        result = project.runpytest_subprocess(
+            "tasks", "--ptx-model=openai:fake-model", f"--ptx-base-url={server.base_url}", "--ptx-turns=4",
+            f"--ptx-out={out}", "-k", "gemm-n128-k2048 and m70", "--ptx-shapes=hidden",
+        )  # fmt: skip
+    result.assert_outcomes(skipped=1)
+    record = trajectory(out)
+    assert record["info"]["ptxbench"]["budgets"] == {"1": 1, "4": 3}
+    final, budget = sorted(rows(out), key=lambda r: r["budget"] is not None)
+    assert final["budget"] is None and final["candidate"]["sha256"] == record["turns"][2]["sha256"]
+    assert budget["budget"] == 1 and budget["candidate"]["sha256"] == record["turns"][0]["sha256"]
+    assert [(v["stage"], v["status"]) for v in budget["verdicts"]][:2] == [("build", "passed"), ("inspect", "passed")]
+
+    from pytest_ptxbench.report.runs import load_run
+    from pytest_ptxbench.report.scores import score_runs
+
+    [scored] = score_runs([load_run(out)])
+    assert scored.budgets[1].hidden is not None and scored.budgets[4].hidden is not None
+    assert len(scored.shapes) == 1  # the budget row is not a shape test of its own

@@ -208,3 +208,19 @@ class Trajectory:
 
 def _turn(turn: dict[str, Any] | None) -> int | None:
     return turn["turn"] if turn else None
+
+
+def budget_kernels(run_dir: Path, task: str, target: str, trajectory: int) -> dict[int, Candidate]:
+    """The best kernel within each turn budget of a saved trajectory, for scoring on hidden shapes;
+    empty when the agent keeps no trajectory (reference and file agents)."""
+    path = run_dir / "trajectories" / file_name(task, target, trajectory)
+    if not path.is_file():
+        return {}
+    record = Trajectory.load(path, run_dir)
+    by_turn = {t["turn"]: t for t in record.turns}
+    out = {}
+    for budget, number in record.info["ptxbench"].get("budgets", {}).items():
+        if number is not None:
+            origin = f"{path.stem} turn {number} (best within {budget} turns)"
+            out[int(budget)] = Candidate(task, target, record.kernel_source(by_turn[number]), origin)
+    return out

@@ -37,8 +37,8 @@ def change(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> str:
 
 def compare(a: Run, b: Run, everything: bool = False) -> Table:
     """One row per test id (changed ones only unless `everything`); the note counts each kind of change."""
-    rows_a = {r["id"]: r for r in a.results}
-    rows_b = {r["id"]: r for r in b.results}
+    rows_a = {r["id"]: r for r in a.results if r.get("budget") is None}  # test outcomes, not budget scores
+    rows_b = {r["id"]: r for r in b.results if r.get("budget") is None}
     rows: list[list[str]] = []
     counts: dict[str, int] = {}
     for test in sorted(rows_a.keys() | rows_b.keys()):

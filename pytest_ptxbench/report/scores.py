@@ -102,8 +102,10 @@ def score_runs(runs: Sequence[Run]) -> list[TrajectoryScore]:
 
 def _score_run(run: Run) -> list[TrajectoryScore]:
     rows: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    budget_rows: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for row in run.results:
-        rows.setdefault((row["task"], row["target"], int(row["trajectory"])), []).append(row)
+        key = (row["task"], row["target"], int(row["trajectory"]))
+        (rows if row.get("budget") is None else budget_rows).setdefault(key, []).append(row)
     records = {
         (t.info["ptxbench"]["task"], t.info["ptxbench"]["target"], int(t.info["ptxbench"]["trajectory"])): t
         for t in run.trajectories
@@ -119,7 +121,7 @@ def _score_run(run: Run) -> list[TrajectoryScore]:
         final = score(v for r in own for v in r["verdicts"]) if own else _best_turn(record)
         model = own[0]["model"] if own else run.model
         base = TrajectoryScore(run.path, model, target, task, number, final, score(hidden) if hidden else None, shapes)
-        scores.append(_with_record(base, record, own) if record else base)
+        scores.append(_with_record(base, record, own + budget_rows.get(key, [])) if record else base)
     return scores
 
 
