@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# One device call: the GPU tests, the main job on the core GEMM task with every stage, and probes.
-# From the repository root on the GPU machine (no registry):  bash scripts/device_check.sh
+# One device call: the GPU tests, the main job on the core GEMM task with every stage (also once in the
+# sandbox), the controls, and probes. From the repository root on the GPU machine (no registry):
+#   bash scripts/device_check.sh              # all of that
+#   bash scripts/device_check.sh gemm-table   # the reference GEMM on every (N, K) pair at M 8828
 # Needs the cupti-python wheel carried in .whl/ (see README). Logs go under $OUT (or ./device-out);
 # a short table is printed last.
 set -uo pipefail
@@ -9,6 +11,13 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+if [ "${1:-}" = gemm-table ]; then  # issue 5: every (N, K) pair of the reference GEMM at its largest M
+  python3 -m pytest tasks --ptx-model=reference -k "gemm and h100 and m8828" --ptx-shapes=hidden -p no:cacheprovider \
+    --ptx-out=/tmp/table > "$out/gemm-table.log" 2>&1; echo "gemm table rc=$?"
+  tar czf "$out/gemm-table.tgz" -C /tmp table/results.jsonl table/environment.json
+  sed -n '/= ptxbench =/,$p' "$out/gemm-table.log" | head -n 22
+  exit 0
+fi
 nvidia-smi --query-gpu=index,name,compute_cap,driver_version,uuid,pci.bus_id --format=csv,noheader > "$out/nvidia-smi-query.csv"
 python3 -c "import torch; print(torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default._schema)" > "$out/probes.txt" 2>&1
 start=$(date +%s)
@@ -17,10 +26,13 @@ mid=$(date +%s)
 python3 -m pytest tasks --ptx-model=reference -k gemm-n7168-k5120 --ptx-shapes=visible -rA --ptx-out=/tmp/run \
   > "$out/main-job.log" 2>&1; main_rc=$?
 end=$(date +%s)
+python3 -m pytest tasks --ptx-model=reference -k gemm-n7168-k5120-h100-m972 --ptx-shapes=visible -p no:cacheprovider \
+  --ptx-sandbox=namespaces --ptx-out=/tmp/sandboxed > "$out/sandboxed.log" 2>&1; sandbox_rc=$?
 python3 scripts/controls.py /tmp/run > "$out/controls.log" 2>&1; controls_rc=$?
 tar czf "$out/logs.tgz" -C /tmp run/logs run/results.jsonl run/environment.json gpu-tests 2>/dev/null
 echo "== device"; cat "$out/nvidia-smi-query.csv"
 echo "== probes"; cat "$out/probes.txt"
 echo "== GPU tests (rc $gpu_rc, $((mid - start)) s)"; grep -E "PASSED|FAILED|SKIPPED|ERROR|passed|failed" "$out/gpu-tests.log" | tail -n 14
 echo "== main job (rc $main_rc, $((end - mid)) s)"; sed -n '/= ptxbench =/,$p' "$out/main-job.log" | head -n 12
+echo "== sandboxed main job (rc $sandbox_rc)"; grep -E "passed|failed|skipped" "$out/sandboxed.log" | tail -n 2
 echo "== controls (rc $controls_rc)"; tail -n 8 "$out/controls.log"
