@@ -73,9 +73,6 @@ class Runtime:
         """cudaDeviceSynchronize's code (a sticky kernel fault shows here)."""
         return int(self.lib.cudaDeviceSynchronize())
 
-    def last_error(self) -> int:
-        return int(self.lib.cudaGetLastError())
-
     def stream(self) -> int:
         handle = ctypes.c_void_p()
         self._call("cudaStreamCreateWithFlags", ctypes.byref(handle), ctypes.c_uint(1))  # non-blocking

@@ -6,7 +6,6 @@ compile. The compiler log (with `ptxas -v`) is kept beside the library.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from .. import process
@@ -26,12 +25,6 @@ CONTRACT_HEADER = """\
 {declaration}
 """
 LOG_TAIL_CHARS = 4000
-
-
-@dataclass(frozen=True)
-class Built:
-    library: Path
-    log: Path
 
 
 def flags(target: Target) -> list[str]:
