@@ -138,14 +138,20 @@ def test_marker_overrides_the_command_line(project: pytest.Pytester) -> None:
     result.assert_outcomes(failed=2)
 
 
-def test_b200_target_reports_utchmma_and_not_run_on_hardware(project: pytest.Pytester) -> None:
-    result = project.runpytest_subprocess(
-        "tasks", "-k", "gemm-n7168-k5120", "--ptx-shapes=visible", "--ptx-gpu=b200", "-rs"
-    )
+@pytest.mark.parametrize(
+    ("task", "found"),
+    [
+        ("gemm-n7168-k5120", "UTCHMMA, UTMALDG.2D in gemm_tcgen05_kernel<*>"),
+        ("attention_fwd-d128-causal", "UTCHMMA, UTMALDG.3D in attention_fwd_tcgen05_kernel<*>"),
+        ("attention_bwd-d96-full", "UTCHMMA, UTMALDG.3D in attention_bwd_tcgen05_kernel<*>"),
+    ],
+)
+def test_b200_target_reports_utchmma_and_not_run_on_hardware(project: pytest.Pytester, task: str, found: str) -> None:
+    result = project.runpytest_subprocess("tasks", "-k", task, "--ptx-shapes=visible", "--ptx-gpu=b200", "-rs")
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines(
         [
-            "SKIPPED [[]2[]] *: passed: build, inspect (UTCHMMA, UTMALDG.2D in gemm_tcgen05_kernel<*>*); "
+            f"SKIPPED [[]2[]] *: passed: build, inspect (*{found}*); "
             "needs an sm_100 device (B200-class), found none; the b200 reference kernel is not run on hardware",
         ]
     )

@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Benchmark the Hopper reference kernels on the GPU machine without the harness's other stages: build with
+the harness's flags, check against torch, then time against the vendor library (CUDA events, L2 flushed
+before each run, 10 warm-ups, median of 30). A short table comes last.
+
+  attention_fwd: O and LSE checked on small and ragged shapes for every D, causal and not; timed at
+                 B4 H48 S4096 against cuDNN.
+  gemm:          every (N, K) pair of tasks/gemm.yaml at its largest M, checked and timed against cuBLAS.
+
+Usage (from the checkout on the GPU machine): PYTHONPATH=. python3 scripts/bench_reference.py FAMILY [KERNEL.cu]
+The verdicts of record come from the harness: `pytest tasks --ptx-model=reference -k FAMILY`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from pytest_ptxbench.baselines import attention_fwd_cudnn
+from pytest_ptxbench.stages.build import flags
+from pytest_ptxbench.targets import TARGETS
+from pytest_ptxbench.task.catalogue import load_family
+
+ROOT = Path(__file__).resolve().parent.parent
+DIMS = (64, 96, 128, 256)
+SMALL = ((1, 1, 1), (1, 2, 200), (2, 3, 129), (1, 2, 1000), (1, 1, 3001))
+
+
+def build(source: Path, launcher: str) -> ctypes.CDLL:
+    library = Path(tempfile.mkdtemp()) / "kernel.so"
+    argv = ["nvcc", *flags(TARGETS["h100"]), "-o", str(library), str(source)]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"nvcc failed:\n{done.stderr[-3000:]}")
+    ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)  # the kernel's cuTensorMapEncodeTiled, as in the child
+    lib = ctypes.CDLL(str(library))
+    getattr(lib, launcher).restype = ctypes.c_int
+    return lib
+
+
+def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    s = (q.float() @ k.float().transpose(-1, -2)) * q.shape[-1] ** -0.5
+    if causal:
+        n = s.shape[-1]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    return torch.softmax(s, -1) @ v.float(), torch.logsumexp(s, -1)
+
+
+def call(
+    lib: ctypes.CDLL,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    causal: bool,
+) -> int:
+    b, h, s, d = q.shape
+    ptr = ctypes.c_void_p
+    return int(
+        lib.ptxbench_attention_fwd(
+            ptr(q.data_ptr()),
+            ptr(k.data_ptr()),
+            ptr(v.data_ptr()),
+            ptr(o.data_ptr()),
+            ptr(lse.data_ptr()),
+            b,
+            h,
+            s,
+            d,
+            int(causal),
+            ctypes.c_float(d**-0.5),
+            None,
+            ctypes.c_size_t(0),
+            ptr(torch.cuda.current_stream().cuda_stream),
+        )
+    )
+
+
+def inputs(b: int, h: int, s: int, d: int) -> list[torch.Tensor]:
+    return [torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+
+
+def check(lib: ctypes.CDLL) -> list[str]:
+    failures = []
+    for d in DIMS:
+        for causal in (False, True):
+            for b, h, s in SMALL:
+                q, k, v = inputs(b, h, s, d)
+                o = torch.full_like(q, float("nan"))
+                lse = torch.full((b, h, s), float("nan"), device="cuda")
+                code = call(lib, q, k, v, o, lse, causal)
+                torch.cuda.synchronize()
+                ro, rl = reference(q, k, v, causal)
+                eo, el = (o.float() - ro).abs().max().item(), (lse - rl).abs().max().item()
+                ok = code == 0 and eo < 0.02 and el < 1e-3
+                line = f"check d{d} {'causal' if causal else 'full'} b{b} h{h} s{s}: code {code} max|dO| {eo:.4f} max|dLSE| {el:.5f}"
+                print(line + ("" if ok else "  FAILED"), flush=True)
+                if not ok:
+                    failures.append(line)
+    return failures
+
+
+def median_ms(fn: Callable[[], object], runs: int = 30, warmup: int = 10) -> float:
+    flush = torch.empty(2 * torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.uint8, device="cuda")
+    times = []
+    for i in range(warmup + runs):
+        flush.zero_()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        if i >= warmup:
+            times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def timing(lib: ctypes.CDLL) -> list[str]:
+    rows = []
+    b, h, s = 4, 48, 4096
+    for d in DIMS:
+        for causal in (False, True):
+            q, k, v = inputs(b, h, s, d)
+            o, lse = torch.empty_like(q), torch.empty(b, h, s, device="cuda")
+            values = {"D": d, "mask": "causal" if causal else "full"}
+            ours = median_ms(partial(call, lib, q, k, v, o, lse, causal))
+            cudnn = median_ms(partial(attention_fwd_cudnn, {"Q": q, "K": k, "V": v}, {}, values, {}))
+            flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
+            rows.append(
+                f"d{d:<4} {values['mask']:<7} {ours:8.3f} ms {cudnn:8.3f} ms {cudnn / ours:6.2f}x {flops / ours / 1e9:6.0f} TFLOP/s"
+            )
+            print(rows[-1], flush=True)
+    return rows
+
+
+def gemm_call(lib: ctypes.CDLL, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> int:
+    (m, k), n = a.shape, b.shape[0]
+    ptr = ctypes.c_void_p
+    stream = ptr(torch.cuda.current_stream().cuda_stream)
+    return int(
+        lib.ptxbench_gemm(
+            ptr(a.data_ptr()), ptr(b.data_ptr()), ptr(c.data_ptr()), m, n, k, None, ctypes.c_size_t(0), stream
+        )
+    )
+
+
+def gemm_table(lib: ctypes.CDLL) -> list[str]:
+    family = load_family(ROOT / "tasks" / "gemm.yaml")
+    m = max(int(shape.values["M"]) for shape in family.shapes("all"))
+    rows = []
+    for task in family.tasks:
+        n, k = int(task.axes["N"]), int(task.axes["K"])
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        c, expected = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16), a @ b.T
+        code = gemm_call(lib, a, b, c)
+        torch.cuda.synchronize()
+        error = ((c.float() - expected.float()).abs().max() / expected.float().abs().max()).item()
+        t_ours = median_ms(partial(gemm_call, lib, a, b, c))
+        t_cublas = median_ms(partial(torch.matmul, a, b.T, out=expected))
+        rows.append(
+            f"{task.name:<18} m{m:<6} {t_ours:8.3f} ms {t_cublas:8.3f} ms {t_cublas / t_ours:6.2f}x "
+            f"{2 * m * n * k / t_ours / 1e9:6.0f} TFLOP/s  code {code} max rel err {error:.1e}"
+        )
+        print(rows[-1], flush=True)
+    return rows
+
+
+if __name__ == "__main__":
+    family = sys.argv[1]
+    default = ROOT / "tasks" / "reference" / "h100" / f"{family}.cu"
+    source = Path(sys.argv[2]) if len(sys.argv) > 2 else default
+    lib = build(source, f"ptxbench_{family}")
+    if family == "gemm":
+        print("task               shape    ours         cuBLAS       speedup  ours", *gemm_table(lib), sep="\n")
+        sys.exit(0)
+    failures = check(lib)
+    rows = timing(lib) if not failures else []
+    print("\n== failures" if failures else "\n== all checks passed", *failures, sep="\n")
+    print("task        ours        cuDNN      speedup  ours", *rows, sep="\n")

@@ -1,0 +1,425 @@
+// Reference Hopper (sm_90a) attention forward: O = softmax(Q·Kᵀ·scale [+ causal mask])·V and the
+// natural-log LSE of every row, Q, K, V, O as [B, H, S, D] bf16, LSE [B, H, S] fp32.
+//
+// Design (FlashAttention-3 style, one CTA per 128 query rows of one head)
+//  * 384 threads = 3 warpgroups, warp-specialised:
+//      - warpgroup 0: producer (setmaxnreg.dec 24). One thread issues TMA loads: the CTA's Q tile once,
+//        then the K and V blocks into a ring of STAGES slots (K and V on separate barriers, so that Q·Kᵀ
+//        starts before V has landed).
+//      - warpgroups 1, 2: consumers (setmaxnreg.inc 240), 64 query rows each. Per key block:
+//        S = Q·Kᵀ with wgmma (A = Q, B = K, both K-major in shared memory), masking on the ragged and
+//        causal edges, online softmax in base 2 in registers, then O += P·V with wgmma taking P from
+//        registers (the fp32 accumulator layout of S, packed to bf16 pairs, is the A-fragment layout)
+//        and V from shared memory as an MN-major operand (trans-b).
+//  * Shared memory: every tile is stored as 64-column panels ([rows x 64] bf16 = rows x 128 B) with the
+//    128B swizzle, written by 3D TMA boxes {64, rows, 1} over the tensor {D, S, B*H}; TMA zero-fills rows
+//    past S and columns past D (D = 96 uses two panels, the second half empty).
+//    Layout: [Q: DP panels x BM rows][K ring: STAGES x DP x BN rows][V ring: same][mbarriers].
+//  * Descriptors: K-major operands (Q, K) step 32 B along a panel per k16 and jump panels every 4 steps;
+//    8-row atoms are 1024 B apart (SBO). V as MN-major: a k16 step covers 16 key rows (2048 B), each
+//    wgmma n64 reads one panel; 8-key atoms are 1024 B apart.
+//  * Causal: CTAs take query blocks from the last (longest) to the first; key blocks past the diagonal
+//    are not loaded; a consumer warpgroup whose rows are all above a block skips its arithmetic.
+//  * Epilogue: O scaled by 1/l and stored as bf16 pairs from the accumulators; LSE = (m + log2 l)·ln 2.
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda.h>
+#include <stdint.h>
+
+namespace {
+
+constexpr int BM = 128;                       // query rows per CTA, 64 per consumer warpgroup
+constexpr int CONSUMERS = 2;
+constexpr int THREADS = 128 * (1 + CONSUMERS);
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr float LN2 = 0.6931471805599453f;
+
+template <int D_>
+struct Config {
+    static constexpr int D = D_;
+    static constexpr int DP = (D + 63) / 64;              // 64-column panels
+    static constexpr int BN = D > 128 ? 64 : 128;         // keys per block
+    static constexpr int STAGES = D <= 64 ? 4 : 2;
+    static constexpr int S_REGS = BN / 2;                 // fp32 score accumulators per thread
+    static constexpr uint32_t PANEL_Q = BM * 128;
+    static constexpr uint32_t PANEL_KV = BN * 128;
+    static constexpr uint32_t Q_BYTES = DP * PANEL_Q;
+    static constexpr uint32_t KV_BYTES = DP * PANEL_KV;   // one K or V block
+    static constexpr size_t SMEM = 1024 + Q_BYTES + 2 * STAGES * KV_BYTES + (1 + 3 * STAGES) * 8;
+};
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile(
+            "{\n .reg .pred p;\n"
+            " mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            " selp.u32 %0, 1, 0, p;\n}"
+            : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// 3D tile load: coordinates (column d, row s, head b*H + h).
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int d, int s, int bh) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];"
+        ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(d), "r"(s), "r"(bh) : "memory");
+}
+
+// wgmma shared-memory descriptor, 128B swizzle, 8-row atoms of 1024 B. For a K-major operand the stride
+// byte offset (1024) steps between 8-row atoms along M/N and the leading offset is unused; for the
+// MN-major V panels (64 columns = one atom wide) 1024 B steps between 8-key atoms along K. Both offsets
+// are set to 1024 so that either reading of the two fields gives the same layout.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(1024 >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+
+// Pins register values at this point of the program (around wgmma fences and waits).
+template <int N>
+__device__ __forceinline__ void pin(float (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void pin(uint32_t (&r)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+}
+
+__device__ __forceinline__ float exp2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// D[64x128] (+)= A[64x16] · B[128x16]^T: A and B K-major in shared memory (128B swizzle).
+__device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t da, uint64_t db, uint32_t scale_d) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, 0, 0;\n}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+
+// D[64x64] (+)= A[64x16] · B[64x16]^T: A and B K-major in shared memory (128B swizzle).
+__device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t da, uint64_t db, uint32_t scale_d) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p, 1, 1, 0, 0;\n}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+
+// D[64x64] (+)= A[64x16] · B[16x64]: A as bf16 pairs in registers (accumulator layout), B MN-major
+// in shared memory (the trans-b immediate is 1).
+__device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t db, uint32_t scale_d) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
+// S = Q·Kᵀ for one key block: D/16 k-steps, each reading 32 B further along the current 64-column panel.
+template <int D, int BN>
+__device__ __forceinline__ void scores(float (&s)[BN / 2], uint32_t q_tile, uint32_t k_tile) {
+    constexpr uint32_t PANEL_Q = BM * 128, PANEL_K = BN * 128;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        const uint64_t da = smem_desc(q_tile + (kk / 4) * PANEL_Q) + 2 * (kk % 4);
+        const uint64_t db = smem_desc(k_tile + (kk / 4) * PANEL_K) + 2 * (kk % 4);
+        if constexpr (BN == 128)
+            wgmma_ss_n128(s, da, db, kk > 0 ? 1u : 0u);
+        else
+            wgmma_ss_n64(s, da, db, kk > 0 ? 1u : 0u);
+    }
+}
+
+template <int D_>
+__global__ void __launch_bounds__(THREADS, 1)
+attention_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
+                     const __grid_constant__ CUtensorMap tmap_v, __nv_bfloat16* __restrict__ O,
+                     float* __restrict__ LSE, int S, int causal, float scale_log2) {
+    using C = Config<D_>;
+    constexpr int BN = C::BN, DP = C::DP, STAGES = C::STAGES;
+    extern __shared__ uint8_t smem_raw[];
+    const uint32_t smem_q = ((uint32_t)__cvta_generic_to_shared(smem_raw) + 1023u) & ~1023u;
+    const uint32_t smem_k = smem_q + C::Q_BYTES;                 // STAGES K blocks
+    const uint32_t smem_v = smem_k + STAGES * C::KV_BYTES;       // STAGES V blocks
+    const uint32_t full_q = smem_v + STAGES * C::KV_BYTES;
+    const uint32_t full_k = full_q + 8;                          // STAGES barriers each
+    const uint32_t full_v = full_k + 8 * STAGES;
+    const uint32_t empty = full_v + 8 * STAGES;
+
+    const int q_blocks = (S + BM - 1) / BM, k_blocks = (S + BN - 1) / BN;
+    const int qb = causal ? q_blocks - 1 - (int)blockIdx.x : (int)blockIdx.x;
+    const int bh = blockIdx.y;
+    const int q0 = qb * BM;
+    const int k_end = causal ? min(k_blocks, (q0 + BM - 1) / BN + 1) : k_blocks;
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_q)) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_k)) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_v)) : "memory");
+        mbar_init(full_q, 1);
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(full_k + 8 * s, 1);
+            mbar_init(full_v + 8 * s, 1);
+            mbar_init(empty + 8 * s, CONSUMERS * 4);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        // ---------------- producer ----------------
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
+        if (threadIdx.x == 0) {
+            mbar_arrive_expect_tx(full_q, C::Q_BYTES);
+            for (int p = 0; p < DP; ++p) tma_load_3d(smem_q + p * C::PANEL_Q, &tmap_q, full_q, 64 * p, q0, bh);
+            int s = 0;
+            uint32_t phase = 0;
+            for (int kb = 0; kb < k_end; ++kb) {
+                mbar_wait(empty + 8 * s, phase ^ 1);                 // fresh barriers pass parity 1 at once
+                mbar_arrive_expect_tx(full_k + 8 * s, C::KV_BYTES);
+                for (int p = 0; p < DP; ++p)
+                    tma_load_3d(smem_k + s * C::KV_BYTES + p * C::PANEL_KV, &tmap_k, full_k + 8 * s, 64 * p, kb * BN, bh);
+                mbar_arrive_expect_tx(full_v + 8 * s, C::KV_BYTES);
+                for (int p = 0; p < DP; ++p)
+                    tma_load_3d(smem_v + s * C::KV_BYTES + p * C::PANEL_KV, &tmap_v, full_v + 8 * s, 64 * p, kb * BN, bh);
+                if (++s == STAGES) { s = 0; phase ^= 1; }
+            }
+        }
+        return;
+    }
+
+    // ---------------- consumers ----------------
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
+    const int cw = wg - 1;
+    const int warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
+    const int wg_row = q0 + cw * 64;                    // first query row of this warpgroup
+    const int row = wg_row + warp * 16 + lane / 4;      // this thread's rows: row and row + 8
+    const uint32_t q_tile = smem_q + cw * 64 * 128;
+
+    // Accumulator layout of m64nNk16: element 4j + 2h + e is row (16 warp + lane/4 + 8h), column 8j + 2(lane%4) + e.
+    float o[DP][32];
+#pragma unroll
+    for (int p = 0; p < DP; ++p)
+#pragma unroll
+        for (int i = 0; i < 32; ++i) o[p][i] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY};                // running row maxima of S·scale·log2(e)
+    float l[2] = {0.f, 0.f};                            // this thread's share of the running row sums
+    float s_acc[C::S_REGS];
+    uint32_t p_frag[BN / 16][4];
+
+    mbar_wait(full_q, 0);
+    int s = 0;
+    uint32_t phase = 0;
+    for (int kb = 0; kb < k_end; ++kb) {
+        const int k0 = kb * BN;
+        if (!causal || k0 <= wg_row + 63) {
+            mbar_wait(full_k + 8 * s, phase);
+            wgmma_fence();
+            scores<C::D, BN>(s_acc, q_tile, smem_k + s * C::KV_BYTES);
+            wgmma_commit();
+            wgmma_wait0();
+            pin(s_acc);
+
+            if (k0 + BN > S || (causal && k0 + BN - 1 > wg_row)) {   // a ragged or diagonal block
+#pragma unroll
+                for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            const int col = k0 + 8 * j + 2 * (lane & 3) + e;
+                            if (col >= S || (causal && col > row + 8 * h)) s_acc[4 * j + 2 * h + e] = -INFINITY;
+                        }
+            }
+
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int j = 0; j < BN / 8; ++j) mx = fmaxf(mx, fmaxf(s_acc[4 * j + 2 * h], s_acc[4 * j + 2 * h + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+                const float m_new = fmaxf(m[h], mx * scale_log2);
+                const float m_use = m_new == -INFINITY ? 0.f : m_new;   // a row with nothing visible yet
+                const float correction = exp2_approx(m[h] - m_use);
+                m[h] = m_new;
+                float sum = 0.f;
+#pragma unroll
+                for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const float p = exp2_approx(fmaf(s_acc[4 * j + 2 * h + e], scale_log2, -m_use));
+                        s_acc[4 * j + 2 * h + e] = p;
+                        sum += p;
+                    }
+                l[h] = l[h] * correction + sum;
+#pragma unroll
+                for (int p = 0; p < DP; ++p)
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) {
+                        o[p][4 * j + 2 * h] *= correction;
+                        o[p][4 * j + 2 * h + 1] *= correction;
+                    }
+            }
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk) {
+                p_frag[kk][0] = pack_bf16(s_acc[8 * kk + 0], s_acc[8 * kk + 1]);
+                p_frag[kk][1] = pack_bf16(s_acc[8 * kk + 2], s_acc[8 * kk + 3]);
+                p_frag[kk][2] = pack_bf16(s_acc[8 * kk + 4], s_acc[8 * kk + 5]);
+                p_frag[kk][3] = pack_bf16(s_acc[8 * kk + 6], s_acc[8 * kk + 7]);
+            }
+
+            mbar_wait(full_v + 8 * s, phase);
+            pin(p_frag);
+#pragma unroll
+            for (int p = 0; p < DP; ++p) pin(o[p]);
+            wgmma_fence();
+            const uint32_t v_tile = smem_v + s * C::KV_BYTES;
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+                for (int p = 0; p < DP; ++p)
+                    wgmma_rs_n64(o[p], p_frag[kk], smem_desc(v_tile + p * C::PANEL_KV + kk * 16 * 128), 1u);
+            wgmma_commit();
+            wgmma_wait0();
+#pragma unroll
+            for (int p = 0; p < DP; ++p) pin(o[p]);
+        } else {
+            // Every row of this warpgroup is above the block: nothing to add, but the slot is released
+            // only after it has been filled, so that arrivals stay in step with the ring's phases.
+            mbar_wait(full_v + 8 * s, phase);
+            mbar_wait(full_k + 8 * s, phase);
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty + 8 * s);
+        if (++s == STAGES) { s = 0; phase ^= 1; }
+    }
+
+    // ---------------- epilogue ----------------
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float total = l[h];
+        total += __shfl_xor_sync(0xffffffff, total, 1);
+        total += __shfl_xor_sync(0xffffffff, total, 2);
+        const int r = row + 8 * h;
+        if (r < S) {
+            const float inv = total > 0.f ? 1.f / total : 0.f;
+            __nv_bfloat16* out = O + ((size_t)bh * S + r) * C::D;
+#pragma unroll
+            for (int p = 0; p < DP; ++p)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    const int col = 64 * p + 8 * j + 2 * (lane & 3);
+                    if (col < C::D)
+                        *reinterpret_cast<__nv_bfloat162*>(out + col) =
+                            __floats2bfloat162_rn(o[p][4 * j + 2 * h] * inv, o[p][4 * j + 2 * h + 1] * inv);
+                }
+            if ((lane & 3) == 0) LSE[(size_t)bh * S + r] = (m[h] + log2f(total)) * LN2;
+        }
+    }
+}
+
+// [B*H, S, D] bf16 tensor, box {64 columns, rows, 1 head}, 128B swizzle, out-of-bounds reads as zero.
+bool encode(CUtensorMap* map, const void* ptr, int heads, int S, int D, int box_rows) {
+    const cuuint64_t dims[3] = {(cuuint64_t)D, (cuuint64_t)S, (cuuint64_t)heads};
+    const cuuint64_t strides[2] = {(cuuint64_t)D * 2, (cuuint64_t)S * D * 2};
+    const cuuint32_t box[3] = {64, (cuuint32_t)box_rows, 1};
+    const cuuint32_t elem_strides[3] = {1, 1, 1};
+    return cuTensorMapEncodeTiled(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(ptr), dims, strides,
+                                  box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <int D>
+cudaError_t launch(const void* Q, const void* K, const void* V, __nv_bfloat16* O, float* LSE, int heads, int S,
+                   int causal, float scale, cudaStream_t stream) {
+    using C = Config<D>;
+    CUtensorMap tmap_q, tmap_k, tmap_v;
+    if (!encode(&tmap_q, Q, heads, S, D, BM) || !encode(&tmap_k, K, heads, S, D, C::BN) ||
+        !encode(&tmap_v, V, heads, S, D, C::BN))
+        return cudaErrorInvalidValue;
+    cudaError_t err =
+        cudaFuncSetAttribute(attention_fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
+    if (err != cudaSuccess) return err;
+    const dim3 grid((S + BM - 1) / BM, heads);
+    attention_fwd_kernel<D><<<grid, THREADS, C::SMEM, stream>>>(tmap_q, tmap_k, tmap_v, O, LSE, S, causal,
+                                                                scale * LOG2E);
+    return cudaGetLastError();
+}
+
+}  // namespace
+
+extern "C" cudaError_t ptxbench_attention_fwd(const __nv_bfloat16* Q, const __nv_bfloat16* K,
+                                              const __nv_bfloat16* V, __nv_bfloat16* O, float* LSE, int B, int H,
+                                              int S, int D, int causal, float scale, void* workspace,
+                                              size_t workspace_bytes, cudaStream_t stream) {
+    (void)workspace;
+    (void)workspace_bytes;
+    const long long heads = (long long)B * H;
+    if (B <= 0 || H <= 0 || S <= 0 || heads > 65535 || !Q || !K || !V || !O || !LSE ||
+        ((reinterpret_cast<uintptr_t>(Q) | reinterpret_cast<uintptr_t>(K) | reinterpret_cast<uintptr_t>(V)) & 15) ||
+        (reinterpret_cast<uintptr_t>(O) & 3))
+        return cudaErrorInvalidValue;
+    switch (D) {
+        case 64: return launch<64>(Q, K, V, O, LSE, (int)heads, S, causal, scale, stream);
+        case 96: return launch<96>(Q, K, V, O, LSE, (int)heads, S, causal, scale, stream);
+        case 128: return launch<128>(Q, K, V, O, LSE, (int)heads, S, causal, scale, stream);
+        case 256: return launch<256>(Q, K, V, O, LSE, (int)heads, S, causal, scale, stream);
+        default: return cudaErrorInvalidValue;
+    }
+}
