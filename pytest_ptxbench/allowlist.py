@@ -1,6 +1,8 @@
 """What a candidate's host code may import: launching kernels, TMA descriptors, attributes and
 errors, plus the C/C++ runtime's plumbing. Everything else (dlopen/dlsym, getenv, files, sockets,
-threads, mprotect, fork/exec, device allocation, streams of its own, vendor libraries) is refused."""
+threads, mprotect, fork/exec, device allocation, streams of its own, vendor libraries) is refused.
+What it may define: its launcher as the only C-linkage function, and no name of the CUDA, CUPTI,
+NVTX or NVML APIs (a definition that could shadow the functions a harness times with)."""
 
 from __future__ import annotations
 
@@ -80,6 +82,10 @@ _CXX_THROW = re.compile(r"^_ZSt\d+__throw_\w+$")
 
 ALLOWED_IMPORTS = frozenset(_CUDA_RUNTIME | _CUDA_DRIVER | _C_RUNTIME)
 ALLOWED_LIBRARIES = re.compile(r"^lib(?:cudart|cuda|stdc\+\+|gcc_s|c|m)\.so(?:\.\d+)*$")
+# Names of the APIs that launch and measure kernels; C++ names start with `_Z`, and the linker may
+# define `_init` and `_fini` itself.
+_RESERVED_NAMES = re.compile(r"^(?:_*cuda|cu[A-Z]|cupti|nvtx|nvml)")
+_LINKER_FUNCTIONS = frozenset({"_init", "_fini"})
 # Host instructions that enter the kernel directly, bypassing every import.
 FORBIDDEN_HOST_INSTRUCTIONS = frozenset({"syscall", "sysenter", "int"})
 
@@ -91,3 +97,16 @@ def forbidden_imports(names: Iterable[str]) -> list[str]:
 
 def forbidden_libraries(needed: Iterable[str]) -> list[str]:
     return sorted(n for n in needed if not ALLOWED_LIBRARIES.match(n))
+
+
+def forbidden_definitions(defined: Iterable[tuple[str, bool]], launcher: str) -> list[str]:
+    """Of the (name, is a function) symbols a library defines: those in the reserved API namespaces,
+    and the C-linkage functions other than the launcher, sorted."""
+    return sorted(
+        {
+            name
+            for name, function in defined
+            if _RESERVED_NAMES.match(name)
+            or (function and not name.startswith("_Z") and name != launcher and name not in _LINKER_FUNCTIONS)
+        }
+    )

@@ -1,5 +1,5 @@
-"""Vendor baselines (torch → cuBLAS, cuDNN), run only in the trusted child and timed exactly as the
-candidate is. A baseline that cannot run raises: never a silent fallback to another backend.
+"""Vendor baselines (torch → cuBLAS, cuDNN; FlashInfer), run only in the trusted child and timed exactly
+as the candidate is. A baseline that cannot run raises: never a silent fallback to another backend.
 
 Each takes the current inputs, preallocated outputs, the task/shape values, and a `state` dict that
 lives as long as the shape's input sets (for work a baseline does once, outside the timed runs).
@@ -7,12 +7,16 @@ lives as long as the shape's input sets (for work a baseline does once, outside 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
+from .child import libraries
+
 aten = torch.ops.aten
+FLASHINFER_WORKSPACE_BYTES = 128 << 20  # the float workspace FlashInfer's wrappers ask for
 
 
 def gemm_cublas(
@@ -48,6 +52,54 @@ def attention_fwd_cudnn(
     state: dict[str, Any],
 ) -> None:
     _cudnn_forward(inputs, values)
+
+
+def attention_fwd_flashinfer(
+    inputs: Mapping[str, torch.Tensor],
+    outputs: Mapping[str, torch.Tensor],
+    values: Mapping[str, Any],
+    state: dict[str, Any],
+) -> None:
+    """FlashInfer's prefill (its ragged-batch wrapper: it writes into `out=` and `lse=`), planned once.
+
+    Heads are independent and every sequence has length S, so B sequences of H heads run as one of
+    B*H heads, in one launch; [B, H, S, D] then views as the [S, B*H, D] FlashInfer reads with strides,
+    with no copy. K and V go in that "NHD" view too: at 0.6.14 the sm90 kernels take the sequence
+    length from k's first dimension whatever `kv_layout` says. FlashInfer's LSE is [S, heads] in base
+    2; one elementwise kernel turns it into ours, [B, H, S] in natural log.
+    """
+    q = inputs["Q"]
+    batch, heads, length, dim = q.shape
+    if "wrapper" not in state:
+        state.update(_flashinfer_plan(q, values["mask"] == "causal"))
+
+    def by_token(tensor: torch.Tensor) -> torch.Tensor:  # [B, H, S, D] → [S, B*H, D], a view
+        return tensor.view(batch * heads, length, dim).transpose(0, 1)
+
+    state["wrapper"].run(
+        by_token(q),
+        by_token(inputs["K"]),
+        by_token(inputs["V"]),
+        out=by_token(outputs["O"]),
+        lse=state["lse"],
+        return_lse=True,
+    )
+    torch.mul(state["lse"].T, math.log(2.0), out=outputs["LSE"].view(batch * heads, length))
+
+
+def _flashinfer_plan(q: torch.Tensor, causal: bool) -> dict[str, Any]:
+    """The wrapper planned for one sequence of B*H heads (its kernels compile here at first use), its
+    workspace, and the base-2 LSE it writes."""
+    flashinfer = libraries.load("flashinfer")
+    batch, heads, length, dim = q.shape
+    workspace = torch.empty(FLASHINFER_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device)
+    wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(workspace, kv_layout="NHD")
+    indptr = torch.tensor([0, length], dtype=torch.int32)
+    wrapper.plan(
+        indptr, indptr, batch * heads, batch * heads, dim, causal=causal, sm_scale=dim**-0.5, q_data_type=q.dtype
+    )
+    lse = torch.empty(length, batch * heads, dtype=torch.float32, device=q.device)
+    return {"wrapper": wrapper, "workspace": workspace, "lse": lse}
 
 
 def attention_bwd_cudnn(

@@ -12,6 +12,8 @@ from . import process
 from .targets import Target
 
 QUERY = "index,name,compute_cap,driver_version,uuid,pci.bus_id"
+# Clocks and power as found (the harness never changes them), recorded beside each run's results.
+CLOCKS = "index,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.limit"
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,28 @@ def detect_devices(timeout: float = 30) -> list[Device]:
     done = process.run([smi, f"--query-gpu={QUERY}", "--format=csv,noheader"], timeout)
     devices = parse_devices(done.stdout) if done.returncode == 0 else []
     return visible(devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def parse_clocks(text: str) -> dict[str, dict[str, str]]:
+    """`nvidia-smi --query-gpu=<CLOCKS> --format=csv` → {index: {field name as nvidia-smi prints it: value}}."""
+    rows = list(csv.reader(io.StringIO(text), skipinitialspace=True))
+    if not rows:
+        return {}
+    header = [name.strip() for name in rows[0]]
+    return {
+        row[0].strip(): dict(zip(header[1:], (c.strip() for c in row[1:]), strict=True))
+        for row in rows[1:]
+        if len(row) == len(header)
+    }
+
+
+def read_clocks(timeout: float = 30) -> dict[str, dict[str, str]]:
+    """The clocks of every GPU nvidia-smi sees, or {} where it cannot say (no GPU, an older driver)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return {}
+    done = process.run([smi, f"--query-gpu={CLOCKS}", "--format=csv"], timeout)
+    return parse_clocks(done.stdout) if done.returncode == 0 else {}
 
 
 def visible(devices: list[Device], mask: str | None) -> list[Device]:

@@ -8,10 +8,11 @@ one-shot children. Outputs are compared here, never in a process that holds the 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,8 @@ class Prepared:
     params: list[dict[str, Any]]
     sets: list[dict[str, dict[str, str]]]
     labels: list[str]
-    libraries: dict[str, Any]
+    libraries: dict[str, Any]  # versions: torch, cuDNN, the device, and what the baseline requires
+    unavailable: str | None  # why the baseline cannot run here, e.g. its library cannot be imported
 
 
 def resolved_params(family: Family, values: dict[str, AxisValue]) -> list[dict[str, Any]]:
@@ -85,8 +87,12 @@ class GpuStages:
     def trusted(self) -> Child:
         if self._trusted is None or not self._trusted.alive:
             folder = self.scratch / "trusted"
-            cudart = {"PTXBENCH_CUDART": str(find_library("libcudart.so.13") or "")}
-            self._trusted = Child("trusted", folder, child_environment(folder, cudart))
+            extra = {
+                "PTXBENCH_CUDART": str(find_library("libcudart.so.13") or ""),
+                # where FlashInfer keeps the kernels it compiles at first use (~86 s each): not the scratch HOME
+                "FLASHINFER_WORKSPACE_BASE": os.environ.get("FLASHINFER_WORKSPACE_BASE", str(Path.home())),
+            }
+            self._trusted = Child("trusted", folder, child_environment(folder, extra))
         return self._trusted
 
     def prepare(self, family: Family, task: Task, shape_values: dict[str, AxisValue], label: str) -> Prepared:
@@ -100,6 +106,7 @@ class GpuStages:
                 "family": family.name,
                 "reference": family.reference,
                 "baseline": family.baseline,
+                "requires": list(family.timed_against.requires),
                 "params": params,
                 "values": values,
                 "seed": self.settings["seed"],
@@ -111,13 +118,21 @@ class GpuStages:
         if not reply["ok"]:
             self._restart_trusted()
             raise ChildFailed(f"the trusted child could not prepare {key}: {reply['error']}")
-        libraries = {k: reply[k] for k in ("torch", "cudnn", "device")}
-        return Prepared(key, values, params, reply["sets"], [d.name for d in family.distributions], libraries)
+        labels = [d.name for d in family.distributions]
+        return Prepared(key, values, params, reply["sets"], labels, reply["libraries"], reply["unavailable"])
 
     # one candidate on one shape ---------------------------------------------------------------
     def evaluate(
-        self, candidate: Candidate, family: Family, task: Task, target: Target, shape: Shape, static: Sequence[Verdict]
+        self,
+        candidate: Candidate,
+        family: Family,
+        task: Task,
+        target: Target,
+        shape: Shape,
+        static: Sequence[Verdict],
+        overrides: Mapping[str, Any] | None = None,
     ) -> list[Verdict]:
+        settings = {**self.settings, **(overrides or {})}  # a test's own runs, warm-ups, call timeout
         library = Path(static[0].data["library"])
         own = dict(static[1].data["kernels"])  # mangled → readable
         try:
@@ -129,12 +144,12 @@ class GpuStages:
         load = self._load_request(family, library, prepared)
         child = Child("candidate", folder, env, prefix=self.sandbox.prefix)
         try:
-            verdicts = [self._check(child, load, family, prepared, folder)]
+            verdicts = [self._check(child, load, family, prepared, folder, float(settings["call_timeout"]))]
             if not verdicts[0].passed:
                 return verdicts
             verdicts.append(self._once("profile", candidate, family, task, target, shape, own, library))
             verdicts.append(self._once("sanitize", candidate, family, task, target, shape, own, library))
-            verdicts.append(self._time(child, family, task, target, shape, own, folder))
+            verdicts.append(self._time(child, family, task, target, shape, own, folder, settings))
             return verdicts
         finally:
             child.close()
@@ -150,9 +165,10 @@ class GpuStages:
             "workspace_bytes": int(family.workspace_bytes(prepared.values)),
         }
 
-    def _check(self, child: Child, load: dict[str, Any], family: Family, prepared: Prepared, folder: Path) -> Verdict:
+    def _check(
+        self, child: Child, load: dict[str, Any], family: Family, prepared: Prepared, folder: Path, timeout: float
+    ) -> Verdict:
         started = time.monotonic()
-        timeout = float(self.settings["call_timeout"])
         comparisons: list[check.Comparison] = []
         changed: list[str] = []
         overruns: list[str] = []
@@ -261,15 +277,25 @@ class GpuStages:
         return verdict
 
     def _time(
-        self, child: Child, family: Family, task: Task, target: Target, shape: Shape, own: dict[str, str], folder: Path
+        self,
+        child: Child,
+        family: Family,
+        task: Task,
+        target: Target,
+        shape: Shape,
+        own: dict[str, str],
+        folder: Path,
+        settings: Mapping[str, Any],
     ) -> Verdict:
         started = time.monotonic()
         try:
             prepared = self.prepare(family, task, dict(shape.values), shape.id)  # again: profile/sanitize moved on
         except ChildFailed as exc:
             return _time_error("baseline", str(exc), started)
-        runs, warmup = int(self.settings["runs"]), int(self.settings["warmup"])
-        timeout = float(self.settings["call_timeout"])
+        if prepared.unavailable is not None:
+            return baseline_unavailable(family, prepared.unavailable, time.monotonic() - started)
+        runs, warmup = int(settings["runs"]), int(settings["warmup"])
+        timeout = float(settings["call_timeout"])
         per_block = max(1, runs // BLOCKS)
         candidate_runs: list[dict[str, Any]] = []
         baseline_runs: list[dict[str, Any]] = []
@@ -345,6 +371,12 @@ class _Stopped(Exception):
     def __init__(self, verdict: Verdict) -> None:
         super().__init__(verdict.message)
         self.verdict = verdict
+
+
+def baseline_unavailable(family: Family, reason: str, seconds: float) -> Verdict:
+    """The time stage when the chosen baseline cannot run here: skipped, never timed against another."""
+    message = f"baseline {family.baseline_name} ({family.baseline_library}) cannot run here: {reason}"
+    return Verdict("time", Status.SKIPPED, message, {"baseline": family.baseline_library}, seconds)
 
 
 def _time_error(who: str, error: str, started: float) -> Verdict:

@@ -6,7 +6,7 @@ architecture and run per shape.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,16 +34,22 @@ class Pipeline:
         self.settings = settings
         self._static: dict[tuple[str, str, str], list[Verdict]] = {}
         self._gpu: GpuStages | None = None
-        self._judged: dict[tuple[str, str, str, str], list[Verdict]] = {}
+        self._judged: dict[tuple[Any, ...], list[Verdict]] = {}
 
     def evaluate(
-        self, candidate: Candidate, family: Family, task: Task, target: Target, shapes: Sequence[Shape]
+        self,
+        candidate: Candidate,
+        family: Family,
+        task: Task,
+        target: Target,
+        shapes: Sequence[Shape],
+        overrides: Mapping[str, Any] | None = None,
     ) -> list[Verdict]:
-        """Every stage's verdict for `candidate` on `shapes`."""
+        """Every stage's verdict for `candidate` on `shapes`; `overrides`: a test's own GPU-stage settings."""
         static = self.static(candidate, family, target)
         if not all(v.passed for v in static):
             return static
-        return static + self.gpu(candidate, family, task, target, shapes)
+        return static + self.gpu(candidate, family, task, target, shapes, overrides or {})
 
     def static(self, candidate: Candidate, family: Family, target: Target) -> list[Verdict]:
         """build and inspect, once per (family, target, source)."""
@@ -60,7 +66,13 @@ class Pipeline:
         return self._static[key]
 
     def gpu(
-        self, candidate: Candidate, family: Family, task: Task, target: Target, shapes: Sequence[Shape]
+        self,
+        candidate: Candidate,
+        family: Family,
+        task: Task,
+        target: Target,
+        shapes: Sequence[Shape],
+        overrides: Mapping[str, Any],
     ) -> list[Verdict]:
         """check, profile, sanitize and time on each shape, on a device of the target's architecture."""
         devices = self._devices()
@@ -77,10 +89,10 @@ class Pipeline:
         static = self.static(candidate, family, target)
         verdicts = []
         for shape in shapes:
-            key = (candidate.digest, task.name, target.name, shape.id)
+            key = (candidate.digest, task.name, target.name, shape.id, family.baseline, *sorted(overrides.items()))
             if key not in self._judged:  # a model's final kernel was judged on the visible shapes already
                 with exclusive(device):
-                    judged = self._gpu.evaluate(candidate, family, task, target, shape, static)
+                    judged = self._gpu.evaluate(candidate, family, task, target, shape, static, overrides)
                 for verdict in judged:
                     verdict.data.setdefault("shape", shape.id)
                 self._judged[key] = judged

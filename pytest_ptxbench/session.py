@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +14,13 @@ import pytest
 from .agent import Agent, NoKernel
 from .agent.trajectory import budget_kernels
 from .candidate import Candidate
-from .device import Device, detect_devices, device_for
+from .device import Device, detect_devices, device_for, read_clocks
 from .pipeline import Pipeline
 from .rundir import RunDirectory, default_path, task_set_hash
-from .settings import resolve_all
+from .settings import STAGE_SETTINGS, resolve_all
 from .targets import select_targets
 from .task.cases import Case, make_cases
-from .task.catalogue import Family, TaskFileError, load_catalogue, replace_hidden
+from .task.catalogue import Family, TaskFileError, UnknownBaseline, choose_baseline, load_catalogue, replace_hidden
 from .toolchain import TOOLS, Tool, find_tool
 from .verdict import Decision, Outcome, Verdict, decide
 
@@ -46,6 +46,11 @@ class Evaluation:
             "trajectory": self.case.trajectory,
             "budget": None,
             "model": model,
+            "baseline": {
+                "name": self.case.family.baseline_name,
+                "library": self.case.family.baseline_library,
+                "function": self.case.family.baseline,
+            },
             "outcome": self.decision.outcome.value,
             "reason": self.decision.reason,
             "worker": os.environ.get("PYTEST_XDIST_WORKER"),
@@ -85,7 +90,7 @@ class Harness:
             families = load_catalogue(directory)
             if self.settings["shapes_file"]:
                 families = replace_hidden(families, Path(self.settings["shapes_file"]))
-            self._catalogues[directory] = families
+            self._catalogues[directory] = choose_baseline(families, self.settings["baseline"])
         return self._catalogues[directory]
 
     def cases(self, directory: Path) -> list[Case]:
@@ -94,6 +99,8 @@ class Harness:
             families = self.catalogue(directory)
         except TaskFileError as exc:
             raise pytest.Collector.CollectError(f"bad task file: {exc}") from None
+        except UnknownBaseline as exc:
+            raise pytest.Collector.CollectError(f"--ptx-baseline={self.settings['baseline']}: {exc}") from None
         self.agent(directory)
         return make_cases(
             families, select_targets(self.settings["gpu"]), self.settings["shapes"], self.settings["trajectories"]
@@ -118,13 +125,18 @@ class Harness:
     def evaluate(self, case: Case, settings: dict[str, Any]) -> Evaluation:
         """Run the pipeline for one case and record the result in the run directory."""
         self._start()
+        if settings["baseline"] != self.settings["baseline"]:  # a marker chose another baseline for this test
+            case = replace(case, family=choose_baseline([case.family], settings["baseline"])[0])
         candidate = self._kernel(case)
         device = device_for(case.target, self.devices)
         if isinstance(candidate, NoKernel):
             outcome = Outcome.FAILED if candidate.failed else Outcome.SKIPPED
             evaluation = Evaluation(case, None, [], Decision(outcome, candidate.reason), device)
         else:
-            verdicts = self.pipeline.evaluate(candidate, case.family, case.task, case.target, [case.shape])
+            stage_settings = {name: settings[name] for name in STAGE_SETTINGS}
+            verdicts = self.pipeline.evaluate(
+                candidate, case.family, case.task, case.target, [case.shape], stage_settings
+            )
             evaluation = Evaluation(case, candidate, verdicts, decide(verdicts, settings["require_gpu"]), device)
             if case.shape.hidden:
                 self._score_budgets(case, candidate, device)
@@ -169,6 +181,7 @@ class Harness:
                 "task_set": task_set_hash([f.file for f in families]),
                 "tools": {n: {"path": str(t.path), "version": t.version} if t else None for n, t in self.tools.items()},
                 "devices": [vars(d) for d in self.devices],
+                "clocks": read_clocks(),
                 "worker": os.environ.get("PYTEST_XDIST_WORKER"),
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             }

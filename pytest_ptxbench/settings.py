@@ -86,6 +86,12 @@ def _flag(text: str) -> bool:
     raise ValueError("expected true or false")
 
 
+def _name(text: str) -> str:
+    if not text.isidentifier():
+        raise ValueError("expected a name (letters, digits, '_')")
+    return text
+
+
 def _choice(*choices: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in choices:
@@ -130,6 +136,13 @@ OPTIONS = (
     Option("turns", _positive_int, 8, "model calls per trajectory"),
     Option("runs", _positive_int, 50, "timed runs per shape"),
     Option("warmup", _non_negative_int, 10, "warm-up runs before timing"),
+    Option(
+        "baseline",
+        _name,
+        None,
+        "time against this alternative baseline where a task file declares it under `baselines:` "
+        "(e.g. flashinfer for attention_fwd); unset or 'default': each file's `baseline:`",
+    ),
     Option("trajectories", _positive_int, 1, "independent trajectories per task"),
     Option("shapes", _choice("visible", "hidden", "all"), "all", "which shapes become tests: visible, hidden or all"),
     Option(
@@ -193,10 +206,23 @@ def resolve(config: pytest.Config, name: str, marker: Mapping[str, Any] | None =
     return option.default
 
 
+# What a `@pytest.mark.ptxbench(...)` marker may set: the settings applied per test. The others (the model,
+# the shapes, the run directory, ...) hold for the whole session.
+PER_TEST = ("require_gpu", "baseline", "runs", "warmup", "call_timeout")
+# The per-test settings the GPU stages read (the judged-verdict cache is keyed on them).
+STAGE_SETTINGS = ("runs", "warmup", "call_timeout")
+
+
 def resolve_all(config: pytest.Config, marker: Mapping[str, Any] | None = None) -> dict[str, Any]:
     unknown = set(marker or {}) - set(BY_NAME)
     if unknown:
         raise pytest.UsageError(
             f"@pytest.mark.ptxbench: unknown setting {sorted(unknown)[0]!r} (known: {', '.join(BY_NAME)})"
+        )
+    session_wide = set(marker or {}) - set(PER_TEST)
+    if session_wide:
+        raise pytest.UsageError(
+            f"@pytest.mark.ptxbench: {sorted(session_wide)[0]!r} holds for the whole session; set it on the command"
+            f" line, environment or ini file (a marker may set: {', '.join(PER_TEST)})"
         )
     return {name: resolve(config, name, marker) for name in BY_NAME}

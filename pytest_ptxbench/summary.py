@@ -24,6 +24,7 @@ def summary_row(evaluation_row: dict[str, Any]) -> dict[str, Any]:
         "outcome": evaluation_row["outcome"],
         "latency_ms": timing.get("median_ms"),
         "baseline_ms": timing.get("baseline_median_ms"),
+        "baseline": timing.get("baseline"),
         "speedup": timing.get("speedup"),
         "tflops": timing.get("tflops"),
     }
@@ -40,7 +41,7 @@ def render(rows: list[dict[str, Any]]) -> list[str]:
                 row["shape"],
                 *(_SHORT.get(row["stages"].get(stage, "skipped"), "?") for stage in STAGES),
                 _number(row.get("latency_ms"), "{:.3f} ms"),
-                _number(row.get("baseline_ms"), "{:.3f} ms"),
+                _baseline(row),
                 _number(row.get("speedup"), "{:.2f}x"),
                 _number(row.get("tflops"), "{:.0f}"),
                 row["outcome"],
@@ -48,6 +49,13 @@ def render(rows: list[dict[str, Any]]) -> list[str]:
         )
     widths = [max(len(str(r[i])) for r in table) for i in range(len(header))]
     return ["  ".join(str(cell).ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in table]
+
+
+def _baseline(row: dict[str, Any]) -> str:
+    """`0.742 ms cuDNN`: the baseline's median latency and which library it was."""
+    if row.get("baseline_ms") is None:
+        return "-"
+    return f"{row['baseline_ms']:.3f} ms {row.get('baseline') or ''}".rstrip()
 
 
 def _number(value: float | None, form: str) -> str:

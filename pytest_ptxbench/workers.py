@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import secrets
 import shlex
 import shutil
 import signal
@@ -23,35 +24,47 @@ from .child import wire
 _KEPT = ("PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_HOME", "LANG", "LC_ALL")
 _KEPT_PREFIXES = ("NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_")  # the GPU host's safety settings
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+# Children that run candidate code echo each request's random nonce: a line the candidate writes into
+# the reply channel cannot carry it, so it breaks the protocol instead of passing for an answer.
+NONCE_CHECKED = frozenset({"candidate"})
 
 
 @dataclass(frozen=True)
 class Sandbox:
-    """A command prefix that confines a child: a new network namespace (no network, not even loopback)
-    and a mount namespace where the protected folders are read-only, but for the writable ones."""
+    """A command prefix that confines a child: a new network namespace (no network, not even loopback),
+    a process namespace (no other process's /proc, so no other view of the files), and a mount namespace
+    where the protected folders are read-only, but for the writable ones, and the hidden ones empty."""
 
     prefix: tuple[str, ...]
     description: str  # what the confinement is, or why there is none
 
 
-def make_sandbox(protected: Sequence[Path], writable: Sequence[Path], timeout: float = 30) -> Sandbox:
+def make_sandbox(
+    protected: Sequence[Path], writable: Sequence[Path], hidden: Sequence[Path] = (), timeout: float = 30
+) -> Sandbox:
     unshare = shutil.which("unshare")
     if unshare is None:
         return Sandbox((), "none: unshare is not installed")
+    missing = [str(h) for h in hidden if not h.is_dir()]
+    if missing:
+        raise ValueError(f"folders to hide must exist: {', '.join(missing)}")
     protected = sorted({p.resolve() for p in protected if p.is_dir()})
     inside = sorted(
         {w.resolve() for w in writable if w.is_dir() and any(w.resolve().is_relative_to(p) for p in protected)}
     )
+    hidden = sorted({h.resolve() for h in hidden})
     steps = [f"mount --bind {shlex.quote(str(p))} {shlex.quote(str(p))}" for p in protected]
     steps += [f"mount --bind {shlex.quote(str(w))} {shlex.quote(str(w))}" for w in inside]
     steps += [f"mount -o remount,bind,ro {shlex.quote(str(p))} {shlex.quote(str(p))}" for p in protected]
+    steps += [f"mount -t tmpfs -o ro,size=4k ptxbench-hidden {shlex.quote(str(h))}" for h in hidden]
     script = " && ".join([*steps, 'exec "$@"'])
-    prefix = (unshare, "--net", "--mount", "sh", "-c", script, "sandbox")
+    prefix = (unshare, "--net", "--pid", "--kill-child", "--mount-proc", "sh", "-c", script, "sandbox")
     probe = subprocess.run([*prefix, "true"], capture_output=True, text=True, timeout=timeout)
     if probe.returncode != 0:
         return Sandbox((), f"none: unshare failed ({probe.stderr.strip()[-200:]})")
     ro = ", ".join(map(str, protected)) or "nothing"
-    return Sandbox(prefix, f"network namespace; read-only: {ro}")
+    gone = ", ".join(map(str, hidden)) or "nothing"
+    return Sandbox(prefix, f"network and process namespaces; read-only: {ro}; hidden: {gone}")
 
 
 class ChildFailed(RuntimeError):
@@ -96,6 +109,7 @@ class Child:
             start_new_session=True,
         )
         self._replies: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._nonces = module in NONCE_CHECKED
         assert self.process.stdout is not None
         threading.Thread(target=self._read, args=(self.process.stdout,), daemon=True).start()
 
@@ -111,8 +125,9 @@ class Child:
         if self.process.poll() is not None:
             raise ChildFailed(self._death("before the request"))
         assert self.process.stdin is not None
+        nonce = secrets.token_hex(16) if self._nonces else None
         try:
-            wire.send(self.process.stdin, message)
+            wire.send(self.process.stdin, message if nonce is None else {**message, "nonce": nonce})
             reply = self._replies.get(timeout=timeout)
         except queue.Empty:
             self.kill()
@@ -124,6 +139,12 @@ class Child:
         if reply is None:
             self.process.wait(timeout=30)
             raise ChildFailed(self._death(f"during {message['op']!r}"))
+        if nonce is not None and reply.pop("nonce", None) != nonce:
+            self.kill()
+            raise ChildFailed(
+                f"a reply to {message['op']!r} without its request's nonce: something other than the harness wrote"
+                f" to the {self.log.stem} child's reply channel; the process group was killed"
+            )
         return reply
 
     def _death(self, when: str) -> str:

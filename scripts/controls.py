@@ -3,11 +3,14 @@
 
 1. A/A: the baseline timed against itself, two trusted children interleaved in blocks exactly as a
    candidate and its baseline are: the ratio of medians must read 1.00 within noise.
-2. cuBLAS cross-check: the harness's baseline latency at the core GEMM shape against an independent
-   measurement (a CUDA graph replaying 20 calls, L2 not flushed, time per call).
-3. Stage wall times of a run directory's tests (harness cost), when one is given.
+2. cuBLAS cross-check at the core GEMM shape, in blocks interleaved with the harness's so that both see
+   the same power and clock state: the harness's events against torch's events, and the harness's CUPTI
+   span against a CUDA graph replaying (flush, matmul) pairs less a graph of the flushes alone.
+3. The attention baselines at d128 B4 H48 S4096 through the trusted child: cuDNN forward and backward,
+   FlashInfer forward (with its errors against the reference).
+4. Stage wall times of a run directory's tests (harness cost), when one is given.
 
-Usage: PYTHONPATH=. python3 scripts/controls.py [RUN_DIR]
+Usage: PYTHONPATH=. python3 scripts/controls.py [RUN_DIR]   (or --stages RUN_DIR: only 4.)
 """
 
 from __future__ import annotations
@@ -16,10 +19,14 @@ import json
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
+from pytest_ptxbench.child import wire
 from pytest_ptxbench.gpu import TRUSTED_TIMEOUT, GpuStages
 from pytest_ptxbench.settings import OPTIONS
+from pytest_ptxbench.stages import check
 from pytest_ptxbench.task.catalogue import load_family
 from pytest_ptxbench.toolchain import find_library
 from pytest_ptxbench.workers import Child, child_environment
@@ -33,6 +40,7 @@ def aa_and_graph() -> list[str]:
     gemm = load_family(ROOT / "tasks" / "gemm.yaml")
     task = next(t for t in gemm.tasks if t.name == "gemm-n7168-k5120")
     stages = GpuStages(settings, Path(tempfile.mkdtemp()))
+    independent = _Independent()
     try:
         prepared = stages.prepare(gemm, task, {"M": 8192}, "m8192")
         folder = stages.scratch / "trusted-b"
@@ -51,75 +59,173 @@ def aa_and_graph() -> list[str]:
             "distributions": [{"name": d.name, **d.params} for d in gemm.distributions],
         }
         assert other.request(request, TRUSTED_TIMEOUT)["ok"]
-        series: dict[str, list[float]] = {"A": [], "B": []}
-        events: dict[str, list[float]] = {"A": [], "B": []}
+        runs: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
         for child in (stages.trusted(), other):
             child.request({"op": "time", "key": prepared.key, "runs": WARMUP, "first": 0}, TRUSTED_TIMEOUT)
+        independent.events(WARMUP)
+        independent.event_ms.clear()
         for block in range(BLOCKS):
             for name, child in (("A", stages.trusted()), ("B", other)):
-                reply = child.request(
-                    {"op": "time", "key": prepared.key, "runs": PER_BLOCK, "first": block}, TRUSTED_TIMEOUT
-                )
-                series[name] += [r["span_ms"] for r in reply["runs"]]
-                events[name] += [r["event_ms"] for r in reply["runs"]]
+                request = {"op": "time", "key": prepared.key, "runs": PER_BLOCK, "first": block * PER_BLOCK}
+                runs[name] += child.request(request, TRUSTED_TIMEOUT)["runs"]
+            independent.events(PER_BLOCK)
+            independent.graph()
         other.close()
     finally:
         stages.close()
-    a, b = statistics.median(series["A"]), statistics.median(series["B"])
-    a_events = statistics.median(events["A"])
-    graph, flushed = _graph_ms(), _events_flushed_ms()
+    a, b = (statistics.median(r["span_ms"] for r in runs[n]) for n in ("A", "B"))
+    # the independent side draws from a normal distribution: compare with the harness's runs on the normal set
+    normal = [r for r in runs["A"] if r["index"] % len(gemm.distributions) == 0]
+    span, events = statistics.median(r["span_ms"] for r in normal), statistics.median(r["event_ms"] for r in normal)
+    torch_events, graph = statistics.median(independent.event_ms), statistics.median(independent.graph_ms)
     return [
         f"A/A (cuBLAS vs itself, 2 children, {BLOCKS}x{PER_BLOCK} interleaved): A {a:.4f} ms, B {b:.4f} ms, ratio {a / b:.4f}",
-        f"cuBLAS M8192 N7168 K5120: harness (CUPTI span, L2 flushed, median of {len(series['A'])}) {a:.4f} ms; "
-        f"CUDA-graph replay of 20 calls {graph:.4f} ms/call; difference {100 * (a - graph) / graph:+.2f}%",
-        f"cuBLAS M8192 N7168 K5120: harness CUDA events (device sync inside) {a_events:.4f} ms; independent torch "
-        f"events, L2 flushed by torch, median of 50: {flushed:.4f} ms; difference {100 * (a_events - flushed) / flushed:+.2f}%",
+        "cuBLAS M8192 N7168 K5120, normal inputs, independent blocks interleaved with the harness's:",
+        f"  harness CUDA events (device sync inside, L2 flushed) {events:.4f} ms vs torch events (L2 flushed by "
+        f"torch, median of {len(independent.event_ms)}) {torch_events:.4f} ms: "
+        f"{100 * (events - torch_events) / torch_events:+.2f}%",
+        f"  harness CUPTI span {span:.4f} ms vs CUDA-graph replay of 10 (flush, matmul) pairs less 10 flushes "
+        f"{graph:.4f} ms/call (median of {len(independent.graph_ms)} replays): {100 * (span - graph) / graph:+.2f}%",
     ]
 
 
-def _events_flushed_ms() -> float:
-    import torch
+class _Independent:
+    """cuBLAS timed by torch alone in this process, in blocks between the harness's blocks."""
 
-    a = torch.randn(8192, 5120, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(7168, 5120, device="cuda", dtype=torch.bfloat16)
-    c = torch.empty(8192, 7168, device="cuda", dtype=torch.bfloat16)
-    flush = torch.empty(2 * torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.uint8, device="cuda")
-    times = []
-    for i in range(60):
-        flush.zero_()
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+        torch.backends.cuda.matmul.allow_tf32 = False
+        self.a = torch.randn(8192, 5120, device="cuda", dtype=torch.bfloat16)
+        self.b = torch.randn(7168, 5120, device="cuda", dtype=torch.bfloat16)
+        self.c = torch.empty(8192, 7168, device="cuda", dtype=torch.bfloat16)
+        l2 = torch.cuda.get_device_properties(0).L2_cache_size
+        self.flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
+        self.event_ms: list[float] = []
+        self.graph_ms: list[float] = []
+        self.pairs, self.flushes = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+        self.events(3)
+        with torch.cuda.graph(self.pairs):
+            for _ in range(10):
+                self.flush.zero_()
+                torch.matmul(self.a, self.b.T, out=self.c)
+        with torch.cuda.graph(self.flushes):
+            for _ in range(10):
+                self.flush.zero_()
+
+    def events(self, runs: int) -> None:
+        torch = self.torch
+        for _ in range(runs):
+            self.flush.zero_()
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.matmul(self.a, self.b.T, out=self.c)
+            end.record()
+            end.synchronize()
+            self.event_ms.append(start.elapsed_time(end))
+
+    def graph(self) -> None:
+        self.graph_ms.append((self._replay(self.pairs) - self._replay(self.flushes)) / 10)
+
+    def _replay(self, graph: Any) -> float:
+        torch = self.torch
         torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        torch.matmul(a, b.T, out=c)
-        end.record()
-        end.synchronize()
-        if i >= 10:
-            times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def _graph_ms() -> float:
-    import torch
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    a = torch.randn(8192, 5120, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(7168, 5120, device="cuda", dtype=torch.bfloat16)
-    c = torch.empty(8192, 7168, device="cuda", dtype=torch.bfloat16)
-    for _ in range(10):
-        torch.matmul(a, b.T, out=c)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(20):
-            torch.matmul(a, b.T, out=c)
-    times = []
-    for _ in range(10):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         graph.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) / 20)
-    return statistics.median(times)
+        return float(start.elapsed_time(end))
+
+
+def attention_baselines() -> list[str]:
+    """The cuDNN attention baselines through the trusted child at d128 S4096 (device notes: forward 2.69 ms,
+    causal 1.46 ms; backward 8.02 ms, causal 4.56 ms)."""
+    settings = {o.name: o.default for o in OPTIONS}
+    stages = GpuStages(settings, Path(tempfile.mkdtemp()))
+    lines = []
+    try:
+        for family_name in ("attention_fwd", "attention_bwd"):
+            family = load_family(ROOT / "tasks" / f"{family_name}.yaml")
+            for mask in ("full", "causal"):
+                task = next(t for t in family.tasks if t.name == f"{family_name}-d128-{mask}")
+                prepared = stages.prepare(family, task, {"B": 4, "H": 48, "S": 4096}, "b4-h48-s4096")
+                trusted = stages.trusted()
+                trusted.request({"op": "time", "key": prepared.key, "runs": WARMUP, "first": 0}, TRUSTED_TIMEOUT)
+                reply = trusted.request({"op": "time", "key": prepared.key, "runs": 50, "first": 1}, TRUSTED_TIMEOUT)
+                spans = [r["span_ms"] for r in reply["runs"]]
+                kernels = sorted({k["name"][:50] for r in reply["runs"] for k in r["kernels"]})
+                lines.append(
+                    f"{family.baseline.rpartition(':')[2]} {task.name} b4-h48-s4096: median {statistics.median(spans):.3f} ms "
+                    f"(IQR {_iqr(spans):.3f}) over {len(spans)} runs; {prepared.libraries}; kernels {kernels}"
+                )
+    finally:
+        stages.close()
+    return lines
+
+
+def flashinfer_forward() -> list[str]:
+    """FlashInfer (--ptx-baseline=flashinfer) as the attention_fwd baseline at d128 B4 H48 S4096, timed through
+    the trusted child as cuDNN is, and its O and LSE of the last timed run against the fp32 reference (device
+    notes: one sequence of 48 heads, causal, 0.42 ms; its first call compiles for ~86 s)."""
+    settings = {o.name: o.default for o in OPTIONS}
+    stages = GpuStages(settings, Path(tempfile.mkdtemp()))
+    family = load_family(ROOT / "tasks" / "attention_fwd.yaml").with_baseline("flashinfer")
+    lines = []
+    try:
+        for mask in ("full", "causal"):
+            task = next(t for t in family.tasks if t.name == f"attention_fwd-d128-{mask}")
+            prepared = stages.prepare(family, task, {"B": 4, "H": 48, "S": 4096}, "b4-h48-s4096")
+            if prepared.unavailable is not None:
+                return [f"FlashInfer {task.name}: not run: {prepared.unavailable}"]
+            trusted = stages.trusted()
+            started = time.monotonic()
+            warm = trusted.request({"op": "time", "key": prepared.key, "runs": WARMUP, "first": 0}, TRUSTED_TIMEOUT)
+            warmup_s = time.monotonic() - started
+            if not warm["ok"]:
+                lines.append(f"FlashInfer {task.name}: warm-up failed after {warmup_s:.0f} s: {warm['error']}")
+                continue
+            outputs = stages.scratch / "flashinfer" / mask
+            reply = trusted.request(
+                {"op": "time", "key": prepared.key, "runs": 50, "first": 1, "outputs_dir": str(outputs)},
+                TRUSTED_TIMEOUT,
+            )
+            if not reply["ok"]:
+                lines.append(f"FlashInfer {task.name}: timing failed: {reply['error']}")
+                continue
+            spans = [r["span_ms"] for r in reply["runs"]]
+            per_kernel: dict[str, list[float]] = {}
+            for k in (k for r in reply["runs"] for k in r["kernels"]):
+                per_kernel.setdefault(k["name"][:50], []).append(k["ms"])
+            kernels = {name: round(statistics.median(ms), 4) for name, ms in sorted(per_kernel.items())}
+            [(index, files)] = reply["saved"].items()
+            reference = prepared.sets[int(index) % len(prepared.sets)]["reference"]
+            errors = []
+            for p in (p for p in prepared.params if p["role"] == "output"):
+                shape = tuple(p["shape"])
+                got = wire.load(Path(files[p["name"]]), p["dtype"], shape)
+                expected = wire.load(Path(reference[p["name"]]), "fp32", shape)
+                c = check.compare(
+                    p["name"], f"run {index}", got, p["dtype"], expected, family.tolerances[p["dtype"]], 0xFF
+                )
+                errors.append(
+                    f"{c.output} max abs error {c.max_abs_error:.3g} ({c.wrong} of {c.elements} outside tolerance)"
+                )
+            lines.append(
+                f"FlashInfer {task.name} b4-h48-s4096: median {statistics.median(spans):.3f} ms (IQR {_iqr(spans):.3f}) "
+                f"over {len(spans)} runs; warm-up (with compilation) {warmup_s:.0f} s; {'; '.join(errors)}; "
+                f"{prepared.libraries}; kernels (median ms) {kernels}"
+            )
+    finally:
+        stages.close()
+    return lines
+
+
+def _iqr(values: list[float]) -> float:
+    q = statistics.quantiles(values, n=4)
+    return q[2] - q[0]
 
 
 def stage_times(run: Path) -> list[str]:
@@ -138,6 +244,11 @@ def stage_times(run: Path) -> list[str]:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--stages"]:  # only the stage wall times of a run directory
+        print("\n".join(stage_times(Path(sys.argv[2]))))
+        sys.exit(0)
     print("\n".join(aa_and_graph()), flush=True)
+    print("\n".join(attention_baselines()), flush=True)
+    print("\n".join(flashinfer_forward()), flush=True)
     if len(sys.argv) > 1 and Path(sys.argv[1], "results.jsonl").exists():
         print("\n".join(stage_times(Path(sys.argv[1]))))

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One device call: the GPU tests, the main job on the core GEMM task with every stage (also once in the
 # sandbox), the controls, and probes. From the repository root on the GPU machine (no registry):
-#   bash scripts/device_check.sh              # all of that
-#   bash scripts/device_check.sh gemm-table   # the reference GEMM on every (N, K) pair at M 8828
+#   bash scripts/device_check.sh          # all of that
+#   bash scripts/device_check.sh bench    # the reference kernels against the vendor libraries (see MEASUREMENTS.md):
+#                                         # GEMM on every (N, K) pair at the largest M, attention forward at S 4096
+#   bash scripts/device_check.sh attention  # the reference attention kernels, d128 at S 4096, every stage
 # Needs the cupti-python wheel carried in .whl/ (see README). Logs go under $OUT (or ./device-out);
 # a short table is printed last.
 set -uo pipefail
@@ -11,14 +13,21 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-if [ "${1:-}" = gemm-table ]; then  # issue 5: every (N, K) pair of the reference GEMM at its largest M
-  python3 -m pytest tasks --ptx-model=reference -k "gemm and h100 and m8828" --ptx-shapes=hidden -p no:cacheprovider \
-    --ptx-out=/tmp/table > "$out/gemm-table.log" 2>&1; echo "gemm table rc=$?"
-  tar czf "$out/gemm-table.tgz" -C /tmp table/results.jsonl table/environment.json
-  sed -n '/= ptxbench =/,$p' "$out/gemm-table.log" | head -n 22
+if [ "${1:-}" = bench ]; then
+  python3 scripts/bench_reference.py gemm > "$out/bench-gemm.log" 2>&1; echo "gemm rc=$?"
+  python3 scripts/bench_reference.py attention_fwd > "$out/bench-attention-fwd.log" 2>&1; echo "attention_fwd rc=$?"
+  tail -n 18 "$out/bench-gemm.log"; tail -n 9 "$out/bench-attention-fwd.log"
+  exit 0
+fi
+if [ "${1:-}" = attention ]; then
+  python3 -m pytest tasks --ptx-model=reference -k "attention and d128 and h100 and s4096" --ptx-shapes=visible -rA \
+    -p no:cacheprovider --ptx-out=/tmp/attn > "$out/attention.log" 2>&1; echo "attention rc=$?"
+  tar czf "$out/attention.tgz" -C /tmp attn/results.jsonl attn/environment.json
+  sed -n '/= ptxbench =/,/^$/p' "$out/attention.log"; python3 scripts/controls.py --stages /tmp/attn
   exit 0
 fi
 nvidia-smi --query-gpu=index,name,compute_cap,driver_version,uuid,pci.bus_id --format=csv,noheader > "$out/nvidia-smi-query.csv"
+nvidia-smi --query-gpu=index,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.limit --format=csv > "$out/nvidia-smi-clocks.csv"  # a recorded sample for tests/data
 python3 -c "import torch; print(torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default._schema)" > "$out/probes.txt" 2>&1
 start=$(date +%s)
 python3 -m pytest tests/test_gpu.py -v -rA -p no:cacheprovider --basetemp=/tmp/gpu-tests > "$out/gpu-tests.log" 2>&1; gpu_rc=$?
@@ -30,7 +39,7 @@ python3 -m pytest tasks --ptx-model=reference -k gemm-n7168-k5120-h100-m972 --pt
   --ptx-sandbox=namespaces --ptx-out=/tmp/sandboxed > "$out/sandboxed.log" 2>&1; sandbox_rc=$?
 python3 scripts/controls.py /tmp/run > "$out/controls.log" 2>&1; controls_rc=$?
 tar czf "$out/logs.tgz" -C /tmp run/logs run/results.jsonl run/environment.json gpu-tests 2>/dev/null
-echo "== device"; cat "$out/nvidia-smi-query.csv"
+echo "== device"; cat "$out/nvidia-smi-query.csv" "$out/nvidia-smi-clocks.csv"
 echo "== probes"; cat "$out/probes.txt"
 echo "== GPU tests (rc $gpu_rc, $((mid - start)) s)"; grep -E "PASSED|FAILED|SKIPPED|ERROR|passed|failed" "$out/gpu-tests.log" | tail -n 14
 echo "== main job (rc $main_rc, $((end - mid)) s)"; sed -n '/= ptxbench =/,$p' "$out/main-job.log" | head -n 12

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from pytest_ptxbench.candidate import Candidate
-from pytest_ptxbench.device import detect_devices, device_for, missing_device
+from pytest_ptxbench.device import detect_devices, device_for, missing_device, read_clocks
 from pytest_ptxbench.pipeline import Pipeline
 from pytest_ptxbench.rundir import RunDirectory
 from pytest_ptxbench.settings import OPTIONS
@@ -118,6 +118,14 @@ def test_a_hang_fails_that_candidate_only(pipeline: Pipeline, gemm: Family) -> N
     assert after["check"].passed, after["check"].message
 
 
+def test_clocks_are_read_as_found(pipeline: Pipeline) -> None:
+    clocks = read_clocks()
+    assert clocks, "nvidia-smi reported no clocks"
+    first = next(iter(clocks.values()))
+    max_sm = [value for name, value in first.items() if name.startswith("clocks.max") and ".sm" in name]
+    assert max_sm and int(max_sm[0].split()[0]) > 0, first
+
+
 def test_stage_logs_are_kept(pipeline: Pipeline) -> None:
     logs = Path(pipeline.run.path, "logs")
     assert list(logs.glob("*/*/profile/plan.ncu.csv")), "ncu's CSV is kept in the run directory"
@@ -142,3 +150,23 @@ def test_drifting_after_the_check_fails_time(pipeline: Pipeline, gemm: Family) -
     assert verdicts["check"].passed, verdicts["check"].message
     assert verdicts["time"].status is Status.FAILED
     assert "outputs of timed runs are wrong" in verdicts["time"].message
+
+
+@pytest.mark.parametrize(
+    ("planted", "wrong_on"),
+    [
+        ("packs_weights_once.cu", {"uniform", "spiky"}),  # B of the first set, reused
+        ("clamps_inputs.cu", {"spiky"}),  # outliers saturate
+    ],
+)
+def test_cheats_right_on_some_input_sets_fail_check_on_the_others(
+    pipeline: Pipeline, gemm: Family, planted: str, wrong_on: set[str]
+) -> None:
+    verdicts = _run(pipeline, _no_opcodes(gemm), (PLANTED / planted).read_text())
+    check = verdicts["check"]
+    assert check.status is Status.FAILED
+    comparisons = check.data["comparisons"]
+    assert {c["label"] for c in comparisons if c["wrong"]} == {f"{name}, poison 0xFF" for name in wrong_on}
+    assert not any(c["unwritten"] for c in comparisons), check.message
+    assert "elements of C wrong; worst: C[" in check.message
+    assert all(f"({name}, poison 0xFF)" in check.message for name in wrong_on), check.message

@@ -1,6 +1,6 @@
 """Host-side cheats, both ways: refused by the static allow-list, and (with the allow-list relaxed, the
-library called directly) stopped by the evaluation child's sandbox. Each planted launcher returns
-cudaSuccess (0) only when its cheat worked; run unconfined first, to show that it does."""
+library called directly) stopped by the evaluation child's sandbox or its reply channel. Each planted
+launcher returns cudaSuccess (0) only when its cheat worked; run unconfined first, to show that it does."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_ptxbench.toolchain import find_library
-from pytest_ptxbench.workers import child_environment, make_sandbox
+from pytest_ptxbench.workers import Child, ChildFailed, child_environment, make_sandbox
 
 from .conftest import KERNELS, BuildAndInspect
 
@@ -60,12 +60,14 @@ def _call(
 
 @pytest.fixture
 def sandbox(tmp_path: Path):  # type: ignore[no-untyped-def]
-    checkout = tmp_path / "checkout"
+    """The sandbox, the checkout it keeps read-only and the references' folder it hides."""
+    checkout, references = tmp_path / "checkout", tmp_path / "references"
     checkout.mkdir()
-    made = make_sandbox([checkout], [])
+    references.mkdir()
+    made = make_sandbox([checkout], [], [references])
     if not made.prefix:
         pytest.skip(f"no sandbox on this machine: {made.description}")
-    return made, checkout
+    return made, checkout, references
 
 
 def test_reading_an_api_key(
@@ -74,7 +76,7 @@ def test_reading_an_api_key(
     library = _library(build_and_inspect, "host_reads_api_key.cu", {"getenv"})
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
     assert _call(library, "", 0, dict(os.environ)) == SUCCESS  # unconfined, the key is there
-    made, _ = sandbox
+    made, _, _ = sandbox
     assert _call(library, "", 0, child_environment(tmp_path), made.prefix, tmp_path) != SUCCESS
 
 
@@ -85,7 +87,7 @@ def test_connecting_to_loopback(
     port = listening.getsockname()[1]
     assert _call(library, "", port, dict(os.environ)) == SUCCESS
     listening.accept()[0].close()
-    made, _ = sandbox
+    made, _, _ = sandbox
     assert _call(library, "", port, child_environment(tmp_path), made.prefix, tmp_path) != SUCCESS
     with pytest.raises(TimeoutError):
         listening.accept()  # nothing reached the server
@@ -93,11 +95,47 @@ def test_connecting_to_loopback(
 
 def test_writing_into_the_checkout(build_and_inspect: BuildAndInspect, sandbox, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     library = _library(build_and_inspect, "host_writes_checkout.cu", {"fopen"})
-    made, checkout = sandbox
+    made, checkout, references = sandbox
     target = checkout / "conftest.py"
     assert _call(library, str(target), 0, dict(os.environ)) == SUCCESS
     assert target.read_text() == "patched by a candidate\n"
     target.unlink()
     assert _call(library, str(target), 0, child_environment(tmp_path), made.prefix, tmp_path) != SUCCESS
     assert not target.exists()
-    assert made.description == f"network namespace; read-only: {checkout.resolve()}"
+    assert made.description == (
+        f"network and process namespaces; read-only: {checkout.resolve()}; hidden: {references.resolve()}"
+    )
+
+
+def test_reading_a_reference(build_and_inspect: BuildAndInspect, sandbox, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    library = _library(build_and_inspect, "host_reads_reference.cu", {"fopen"})  # fread may be fortified to __fread_chk
+    made, _, references = sandbox
+    expected = references / "0" / "C.bin"
+    expected.parent.mkdir()
+    expected.write_bytes(b"\0\0\x80\x3f")
+    # directly, and through another process's view of the files (this one's root in /proc)
+    paths = [str(expected), f"/proc/{os.getpid()}/root{expected.resolve()}"]
+    for path in paths:
+        assert _call(library, path, 0, dict(os.environ)) == SUCCESS, path
+    for path in paths:
+        assert _call(library, path, 0, child_environment(tmp_path), made.prefix, tmp_path) != SUCCESS, path
+
+
+def test_hiding_a_missing_folder_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=f"folders to hide must exist: {tmp_path / 'references'}"):
+        make_sandbox([], [], [tmp_path / "references"])
+
+
+def test_a_forged_reply_is_never_taken_for_an_answer(build_and_inspect: BuildAndInspect, tmp_path: Path) -> None:
+    library = _library(build_and_inspect, "forges_replies.cu", {"write"})
+    cudart = find_library("libcudart.so.13")
+    assert cudart is not None, "libcudart.so.13 is needed to load the library (the toolchain extra brings it)"
+    load = {"op": "load", "cudart": str(cudart), "library": str(library), "launcher": "ptxbench_gemm"}
+    child = Child("candidate", tmp_path / "child", child_environment(tmp_path / "child"))
+    try:
+        # the library writes its forged reply while it is loaded, before the child can answer
+        with pytest.raises(ChildFailed, match=r"a reply to 'load' without its request's nonce: something other"):
+            child.request({**load, "params": [], "workspace_bytes": 0}, timeout=60)
+        assert not child.alive
+    finally:
+        child.close()

@@ -26,6 +26,7 @@ def test_defaults(configured) -> None:  # type: ignore[no-untyped-def]
         "turns": 8,
         "runs": 50,
         "warmup": 10,
+        "baseline": None,
         "trajectories": 1,
         "shapes": "all",
         "shapes_file": None,
@@ -60,6 +61,18 @@ def test_each_source_overrides_the_next(configured) -> None:  # type: ignore[no-
     assert settings.resolve(config, "seed") == 4  # environment
     assert settings.resolve(config, "turns") == 2  # ini
     assert settings.resolve(config, "warmup") == 10  # default
+
+
+def test_baseline_precedence(configured) -> None:  # type: ignore[no-untyped-def]
+    config = configured(ini="ptx_baseline = from_ini")
+    assert settings.resolve(config, "baseline") == "from_ini"
+    config = configured(ini="ptx_baseline = from_ini", env={"PTXBENCH_BASELINE": "from_env"})
+    assert settings.resolve(config, "baseline") == "from_env"
+    config = configured("--ptx-baseline=flashinfer", ini="ptx_baseline = from_ini", env={"PTXBENCH_BASELINE": "x"})
+    assert settings.resolve(config, "baseline") == "flashinfer"
+    assert settings.resolve(config, "baseline", {"baseline": "default"}) == "default"
+    with pytest.raises(pytest.UsageError, match=r"PTXBENCH_BASELINE='flash infer': expected a name"):
+        settings.resolve(configured(env={"PTXBENCH_BASELINE": "flash infer"}), "baseline")
 
 
 def test_flags(configured) -> None:  # type: ignore[no-untyped-def]
@@ -99,6 +112,12 @@ def test_bad_values_name_their_source(configured, args: tuple[str, ...], env: di
 def test_unknown_marker_setting(configured) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(pytest.UsageError, match="unknown setting 'rounds'"):
         settings.resolve_all(configured(), {"rounds": 3})
+
+
+def test_a_marker_sets_only_per_test_settings(configured) -> None:  # type: ignore[no-untyped-def]
+    assert settings.resolve_all(configured(), {"runs": 7, "call_timeout": 9})["runs"] == 7
+    with pytest.raises(pytest.UsageError, match="'model' holds for the whole session"):
+        settings.resolve_all(configured(), {"model": "reference"})
 
 
 def test_model_options_parse(configured) -> None:  # type: ignore[no-untyped-def]

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_ptxbench import allowlist
 from pytest_ptxbench.verdict import Status
 
 from .conftest import KERNELS, PLAIN_SM90, TASKS, BuildAndInspect
@@ -138,6 +139,10 @@ def test_build_keeps_ptxas_resources(build_and_inspect: BuildAndInspect) -> None
         ("host_reads_api_key.cu", "getenv"),
         ("host_opens_socket.cu", "connect"),
         ("host_writes_checkout.cu", "fopen"),
+        ("lazy_host_callback.cu", "cudaLaunchHostFunc"),
+        ("forges_replies.cu", "write"),
+        ("host_reads_reference.cu", "fopen"),
+        ("host_reads_reference.cu", "fread"),
     ],
 )
 def test_planted_host_cheats_fail_the_allow_list(
@@ -148,3 +153,36 @@ def test_planted_host_cheats_fail_the_allow_list(
     assert inspected is not None and inspected.status is Status.FAILED
     assert any(name.startswith(forbidden) for name in inspected.data["forbidden_imports"]), inspected.message
     assert "host code imports symbols outside the allow-list: " in inspected.message
+
+
+def test_a_library_defining_the_timing_apis_fails_inspect(build_and_inspect: BuildAndInspect) -> None:
+    built, inspected = build_and_inspect(KERNELS / "planted" / "shadows_timer_apis.cu", required=())
+    assert built.passed, built.message
+    assert inspected is not None and inspected.status is Status.FAILED
+    shadows = ["clock_gettime", "cudaEventElapsedTime", "cudaEventRecord", "cuptiActivityEnable"]
+    assert inspected.data["forbidden_definitions"] == shadows
+    assert inspected.data["forbidden_imports"] == []
+    assert inspected.message.startswith(
+        f"host code defines symbols that could shadow library APIs: {', '.join(shadows)}"
+    )
+
+
+def test_what_a_library_may_define() -> None:
+    defined = [
+        ("ptxbench_gemm", True),
+        ("_init", True),
+        ("_Z9saturated13__nv_bfloat16", True),  # C++ names: the candidate's own
+        ("host_counter", False),  # a plain host global
+        ("helper", True),  # a second C-linkage function
+        ("cudaStreamHandle", False),  # any symbol in an API's namespace
+        ("__cudaRegisterLinkedBinary_x", True),
+        ("cuGetProcAddress", True),
+        ("nvtxRangePushA", True),
+    ]
+    assert allowlist.forbidden_definitions(defined, "ptxbench_gemm") == [
+        "__cudaRegisterLinkedBinary_x",
+        "cuGetProcAddress",
+        "cudaStreamHandle",
+        "helper",
+        "nvtxRangePushA",
+    ]

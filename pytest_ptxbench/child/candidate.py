@@ -1,8 +1,9 @@
 """The evaluation child: runs an untrusted candidate library, with no vendor GPU library loaded.
 
-It reads requests (JSON lines) on stdin and answers on its original stdout; the candidate's own output
-goes to stderr, which the parent keeps as a log and never parses. `--once FILE` runs a list of requests
-from a file and writes the last answer to the file the request names (for ncu and compute-sanitizer).
+It reads requests (JSON lines) on stdin and answers on its original stdout, each answer echoing its
+request's nonce; the candidate's own output goes to stderr, which the parent keeps as a log and never
+parses. `--once FILE` runs a list of requests from a file and writes the last answer to the file the
+request names (for ncu and compute-sanitizer).
 """
 
 from __future__ import annotations
@@ -92,6 +93,12 @@ class Candidate:
         for name, pointer in self.buffers.items():
             self.rt.memset(pointer + self.nbytes[name], GUARD_BYTE, GUARD_BYTES)
         self.rt.memset(self.workspace, 0, self.workspace_bytes)
+        # The copies and fills above run on the legacy stream, which the call's non-blocking stream does not
+        # wait for: without this, a long kernel can overlap them (reading half-copied inputs, its outputs
+        # re-poisoned after it wrote them).
+        fault = self.rt.synchronize()
+        if fault != 0:
+            raise RunFailed(f"the device reported {self.rt.error_name(fault)} ({fault}) while preparing the inputs")
 
     def overruns(self) -> list[str]:
         """The buffers whose guard region after the end was written."""
@@ -195,7 +202,7 @@ def serve() -> None:
         if request.get("op") == "exit":
             break
         child, reply, fatal = answer(child, request)
-        wire.send(replies, reply)
+        wire.send(replies, {**reply, "nonce": request.get("nonce")})  # what a forged line cannot know
         if fatal:
             sys.exit(3)
 

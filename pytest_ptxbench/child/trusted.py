@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from . import wire
+from . import libraries, wire
 from .cudart import Runtime
 from .timing import Clock, RunFailed
 from .tracing import Tracer
@@ -62,7 +62,8 @@ class Shape:
         folder = Path(request["folder"])
         reference = _resolve(request["reference"])
         derive = importlib.import_module(request["reference"].partition(":")[0]).DERIVED_INPUTS.get(request["family"])
-        self.baseline = _resolve(request["baseline"])
+        self.baseline: Callable[..., Any] | None = None
+        self.baseline_path: str | None = None
         self.sets: list[dict[str, torch.Tensor]] = []
         self.files: list[dict[str, dict[str, str]]] = []
         for index, distribution in enumerate(request["distributions"]):
@@ -98,6 +99,13 @@ class Shape:
         }
         self.state: dict[str, Any] = {}
 
+    def use(self, baseline: str | None) -> None:
+        """Time `baseline` from now on (None: nothing); the state of the one before is dropped."""
+        if baseline != self.baseline_path:
+            self.baseline = None if baseline is None else _resolve(baseline)
+            self.baseline_path = baseline
+            self.state = {}
+
     def prepare(self, index: int) -> None:
         for name, tensor in self.sets[index % len(self.sets)].items():
             self.current[name].copy_(tensor)
@@ -105,8 +113,20 @@ class Shape:
             tensor.fill_(float("nan"))
 
     def call(self) -> int:
+        if self.baseline is None:
+            raise libraries.Unavailable("the baseline's library could not be imported when this shape was prepared")
         self.baseline(self.current, self.outputs, self.values, self.state)
         return 0
+
+    def save_outputs(self, folder: Path) -> dict[str, str]:
+        """The outputs as the last call left them, as raw files (bf16 as its bits)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        saved = {}
+        for name, tensor in self.outputs.items():
+            path = folder / f"{name}.bin"
+            path.write_bytes(_raw(tensor))
+            saved[name] = str(path)
+        return saved
 
 
 class Trusted:
@@ -121,20 +141,34 @@ class Trusted:
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")
         if op == "prepare":
+            try:  # before the sets: a missing library is reported, the references are still made
+                versions, unavailable = libraries.versions(request.get("requires", [])), None
+            except libraries.Unavailable as exc:
+                versions, unavailable = {}, str(exc)
             if request["key"] not in self.shapes:
                 self.shapes = {request["key"]: Shape(request)}  # one shape's sets at a time
+            shape = self.shapes[request["key"]]
+            shape.use(request["baseline"] if unavailable is None else None)
             return {
-                "sets": self.shapes[request["key"]].files,
-                "torch": torch.__version__,
-                "cudnn": torch.backends.cudnn.version(),
-                "device": torch.cuda.get_device_name(),
+                "sets": shape.files,
+                "libraries": {
+                    "torch": torch.__version__,
+                    "cudnn": torch.backends.cudnn.version(),
+                    "device": torch.cuda.get_device_name(),
+                    **versions,
+                },
+                "unavailable": unavailable,
             }
         if op == "time":
             shape = self.shapes[request["key"]]
             if self.clock is None:
                 self.clock = Clock(self.rt, Tracer(), torch.cuda.current_stream().cuda_stream)
             runs = self.clock.runs(int(request["runs"]), int(request["first"]), shape.prepare, shape.call)
-            return {"runs": runs, "idle": self.rt.synchronize() == 0}
+            saved = {}
+            if request.get("outputs_dir"):  # the last run's outputs, for a check of the baseline itself
+                last = runs[-1]["index"]
+                saved[str(last)] = shape.save_outputs(Path(request["outputs_dir"]) / str(last))
+            return {"runs": runs, "saved": saved, "idle": self.rt.synchronize() == 0}
         raise ValueError(f"unknown request {op!r}")
 
 

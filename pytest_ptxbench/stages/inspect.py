@@ -2,7 +2,8 @@
 
 Device side: the per-kernel SASS opcode inventory (cuobjdump); every required opcode, modifiers
 included, must be present in some kernel of the target's architecture. Host side: imports only
-from the allow-list, only allowed libraries, no raw system-call instructions, the launcher defined.
+from the allow-list, only allowed libraries, no raw system-call instructions, the launcher defined and
+no other C-linkage function nor CUDA/CUPTI name (nothing that could shadow the measuring APIs).
 """
 
 from __future__ import annotations
@@ -61,6 +62,12 @@ def inspect(library: Path, target: Target, required: tuple[str, ...], launcher: 
     imports = allowlist.forbidden_imports(s.name for s in symbols if s.undefined)
     if imports:
         problems.append(f"host code imports symbols outside the allow-list: {', '.join(imports)}")
+    definitions = allowlist.forbidden_definitions(((s.name, s.function) for s in symbols if not s.undefined), launcher)
+    if definitions:
+        problems.append(
+            f"host code defines symbols that could shadow library APIs: {', '.join(definitions)} (only the launcher"
+            " may be a C-linkage function; cuda*, cu*, cupti*, nvtx* and nvml* names are reserved)"
+        )
     if not any(s.name == launcher and not s.undefined and s.function for s in symbols):
         problems.append(f'launcher {launcher} is not defined (it must be an extern "C" function)')
     libraries = allowlist.forbidden_libraries(objdump.parse_needed(runs["headers"].stdout))
@@ -80,6 +87,7 @@ def inspect(library: Path, target: Target, required: tuple[str, ...], launcher: 
         "found": found,
         "forbidden_imports": imports,
         "forbidden_libraries": libraries,
+        "forbidden_definitions": definitions,
         "cuobjdump": cuobjdump.version,
         "summary": _summary(found),
     }

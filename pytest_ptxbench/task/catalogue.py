@@ -23,12 +23,20 @@ DTYPES = ("bf16", "fp16", "fp32")
 DISTRIBUTIONS = {"normal": {"std"}, "uniform": {"low", "high"}, "spiky": {"std", "outlier_fraction", "outlier_scale"}}
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 AxisValue = int | str
 
 
 class TaskFileError(ValueError):
     """A task file does not follow the schema; the message names file, field and value."""
+
+
+class UnknownBaseline(ValueError):
+    """A baseline was chosen (option or marker) that no task file in scope declares."""
+
+
+DEFAULT_BASELINE = "default"  # the name of the task file's `baseline:` among its `baselines:`
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,13 @@ class Distribution:
 
 
 @dataclass(frozen=True)
+class Baseline:
+    library: str  # as reports name it: "cuDNN"
+    function: str  # "module:function", run in the trusted child
+    requires: tuple[str, ...] = ()  # modules it imports beyond torch: where one is missing, timing is skipped
+
+
+@dataclass(frozen=True)
 class Shape:
     values: Mapping[str, AxisValue]
     id: str
@@ -81,8 +96,8 @@ class Family:
     shape_axes: tuple[str, ...]
     launcher: Launcher
     reference: str
-    baseline_library: str
-    baseline: str
+    baselines: Mapping[str, Baseline]  # "default" (the task file's `baseline:`) and each of `baselines:`
+    baseline_name: str  # the one the family is timed against
     flops: Formula
     bytes: Formula
     workspace_bytes: Formula
@@ -104,6 +119,26 @@ class Family:
         chosen = [(s, False) for s in self.visible if which in ("visible", "all")]
         chosen += [(s, True) for s in self.hidden if which in ("hidden", "all")]
         return [Shape(dict(s), self.shape_id.format(**s), hidden) for s, hidden in chosen]
+
+    @property
+    def timed_against(self) -> Baseline:
+        return self.baselines[self.baseline_name]
+
+    @property
+    def baseline(self) -> str:
+        return self.timed_against.function
+
+    @property
+    def baseline_library(self) -> str:
+        return self.timed_against.library
+
+    def with_baseline(self, name: str) -> Family:
+        """The family timed against its baseline `name`; UnknownBaseline if its file declares none so named."""
+        if name not in self.baselines:
+            raise UnknownBaseline(
+                f"{self.file}: baselines: no baseline {name!r} (declared: {', '.join(self.baselines)})"
+            )
+        return replace(self, baseline_name=name)
 
 
 @dataclass(frozen=True)
@@ -197,7 +232,11 @@ class _Reader:
         duplicate = _first_duplicate(shape_id.format(**s) for s in visible + hidden)
         if duplicate:
             raise self.fail("shapes", f"shape {duplicate!r} is listed twice")
-        baseline = self.get(raw, "baseline", Mapping, "")
+        baselines = {DEFAULT_BASELINE: self.baseline(self.get(raw, "baseline", Mapping, ""), "baseline")}
+        for key, entry in self.get(raw, "baselines", Mapping, "", default={}).items():
+            if not isinstance(key, str) or not _IDENT.match(key) or key == DEFAULT_BASELINE:
+                raise self.fail("baselines", f"not a baseline name: {key!r} ({DEFAULT_BASELINE!r} is `baseline:`)")
+            baselines[key] = self.baseline(entry, f"baselines.{key}")
         opcodes = self.get(raw, "opcodes", Mapping, "")
         for target, patterns in opcodes.items():
             if target not in TARGETS:
@@ -216,8 +255,8 @@ class _Reader:
             shape_axes=shape_axes,
             launcher=self.launcher(self.get(raw, "launcher", Mapping, ""), names),
             reference=self.callable_path(raw, "reference", ""),
-            baseline_library=self.get(baseline, "library", str, "baseline"),
-            baseline=self.callable_path(baseline, "function", "baseline"),
+            baselines=baselines,
+            baseline_name=DEFAULT_BASELINE,
             flops=self.formula(self.get(raw, "flops", (str, int), ""), names, "flops"),
             bytes=self.formula(self.get(raw, "bytes", (str, int), ""), names, "bytes"),
             workspace_bytes=self.formula(self.get(raw, "workspace_bytes", (str, int), ""), names, "workspace_bytes"),
@@ -321,6 +360,18 @@ class _Reader:
             raise self.fail(f"{where}.{key}" if where else key, f"expected 'module:function', got {text!r}")
         return text
 
+    def baseline(self, raw: Any, where: str) -> Baseline:
+        requires = self.get(raw, "requires", list, where, default=[])
+        for i, module in enumerate(requires):
+            if not isinstance(module, str) or not _MODULE.match(module):
+                raise self.fail(f"{where}.requires[{i}]", f"not a module name: {module!r}")
+        unknown = sorted(set(raw) - {"library", "function", "requires"})
+        if unknown:
+            raise self.fail(f"{where}.{unknown[0]}", "unknown field (known: library, function, requires)")
+        return Baseline(
+            self.get(raw, "library", str, where), self.callable_path(raw, "function", where), tuple(requires)
+        )
+
     def tolerances(self, raw: Mapping[str, Any]) -> dict[str, Tolerance]:
         out = {}
         for dtype, entry in raw.items():
@@ -384,6 +435,20 @@ def _first_duplicate(items: Iterator[str] | Any) -> str | None:
 def shape_values(task: Task, shape: Mapping[str, AxisValue]) -> dict[str, AxisValue]:
     """The values a formula sees: the task's fixed axes and the shape's."""
     return {**task.axes, **shape}
+
+
+def choose_baseline(families: list[Family], name: str | None) -> list[Family]:
+    """The families that declare baseline `name` timed against it, the others against their default;
+    UnknownBaseline when none declares it. `None` keeps every family's default."""
+    if name is None:
+        return families
+    if not any(name in f.baselines for f in families):
+        declared = sorted({f"{n} in {f.file.name}" for f in families for n in f.baselines if n != DEFAULT_BASELINE})
+        raise UnknownBaseline(
+            f"no task file declares a baseline {name!r} (declared under `baselines:`: {', '.join(declared) or 'none'}; "
+            f"{DEFAULT_BASELINE!r} is each file's `baseline:`)"
+        )
+    return [f.with_baseline(name) if name in f.baselines else f for f in families]
 
 
 def replace_hidden(families: list[Family], path: Path) -> list[Family]:
