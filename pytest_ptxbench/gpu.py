@@ -63,8 +63,10 @@ class GpuStages:
         self.run_dir = run_dir
         shm = Path("/dev/shm")
         self.scratch = Path(tempfile.mkdtemp(prefix="ptxbench-", dir=shm if shm.is_dir() else None))
+        self.references = self.scratch / "references"  # written by the trusted child, hidden from candidates
+        self.references.mkdir()
         self.sandbox = (
-            make_sandbox([PACKAGE_ROOT, Path.cwd()], [run_dir, self.scratch])
+            make_sandbox([PACKAGE_ROOT, Path.cwd()], [run_dir, self.scratch], hidden=[self.references])
             if settings["sandbox"] == "namespaces"
             else Sandbox((), "none: --ptx-sandbox=off")
         )
@@ -111,6 +113,7 @@ class GpuStages:
                 "values": values,
                 "seed": self.settings["seed"],
                 "folder": str(self.scratch / "sets" / key),
+                "references": str(self.references / key),
                 "distributions": [{"name": d.name, **d.params} for d in family.distributions],
             },
             timeout=TRUSTED_TIMEOUT,

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_ptxbench.gpu import GpuStages
+from pytest_ptxbench.settings import OPTIONS
 from pytest_ptxbench.toolchain import find_library
 from pytest_ptxbench.workers import Child, ChildFailed, child_environment, make_sandbox
 
@@ -119,6 +121,18 @@ def test_reading_a_reference(build_and_inspect: BuildAndInspect, sandbox, tmp_pa
         assert _call(library, path, 0, dict(os.environ)) == SUCCESS, path
     for path in paths:
         assert _call(library, path, 0, child_environment(tmp_path), made.prefix, tmp_path) != SUCCESS, path
+
+
+def test_the_gpu_stages_hide_their_references_from_candidates(tmp_path: Path) -> None:
+    settings = {**{o.name: o.default for o in OPTIONS}, "sandbox": "namespaces"}
+    stages = GpuStages(settings, tmp_path)
+    try:
+        if not stages.sandbox.prefix:
+            pytest.skip(f"no sandbox on this machine: {stages.sandbox.description}")
+        assert stages.references.is_relative_to(stages.scratch)
+        assert stages.sandbox.description.endswith(f"hidden: {stages.references.resolve()}")
+    finally:
+        stages.close()
 
 
 def test_hiding_a_missing_folder_is_an_error(tmp_path: Path) -> None:

@@ -59,7 +59,8 @@ class Shape:
     def __init__(self, request: dict[str, Any]) -> None:
         self.params: list[dict[str, Any]] = request["params"]
         self.values: dict[str, Any] = request["values"]
-        folder = Path(request["folder"])
+        folder = Path(request["folder"])  # input sets, which candidates read
+        hidden = Path(request["references"])  # references, which a sandboxed candidate cannot see
         reference = _resolve(request["reference"])
         derive = importlib.import_module(request["reference"].partition(":")[0]).DERIVED_INPUTS.get(request["family"])
         self.baseline: Callable[..., Any] | None = None
@@ -85,7 +86,7 @@ class Shape:
                 path.write_bytes(_raw(tensor))
                 files["inputs"][name] = str(path)
             for name, tensor in expected.items():
-                path = folder / str(index) / "reference" / f"{name}.bin"
+                path = hidden / str(index) / f"{name}.bin"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(_raw(tensor.float()))
                 files["reference"][name] = str(path)
