@@ -348,7 +348,7 @@ class GpuStages:
         except _Stopped as stop:
             return stop.verdict
         problems = timing.problems_in(candidate_runs, set(own))
-        drifted = [c.summary() for c in rechecks if not c.ok or c.wrong > (1 - family.matched_ratio) * c.elements]
+        drifted = [c.summary() for c in rechecks if not c.passes(family.matched_ratio)]
         if drifted:
             problems.append("outputs of timed runs are wrong: " + "; ".join(drifted))
         flops = family.flops(prepared.values)

@@ -108,6 +108,23 @@ def test_check_comparison() -> None:
     assert check.verdict([good], 1.0, [], [], 1.0).passed
 
 
+def test_a_matched_ratio_forgives_a_few_wrong_elements_never_a_nan() -> None:
+    expected = np.random.default_rng(1).normal(size=(100, 100)).astype(np.float32)
+    tolerance = Tolerance(0.03, 0.03)
+    got = _bf16(expected)
+    got[0, 0] = _bf16(np.array([expected[0, 0] + 1.0]))[0]
+    one_off = check.compare("dQ", "spiky", got, "bf16", expected, tolerance, 0xFF)
+    assert (one_off.wrong, one_off.nonfinite) == (1, 0)
+    assert check.verdict([one_off], 0.9999, [], [], 1.0).passed
+    assert not check.verdict([one_off], 1.0, [], [], 1.0).passed
+    got[0, 0] = 0x7FC0  # a NaN the kernel wrote (not the poison)
+    nan = check.compare("dQ", "spiky", got, "bf16", expected, tolerance, 0xFF)
+    assert (nan.wrong, nan.nonfinite, nan.unwritten) == (1, 1, 0)
+    verdict = check.verdict([nan], 0.5, [], [], 1.0)
+    assert not verdict.passed
+    assert "1 of 10000 elements of dQ not finite" in verdict.message
+
+
 def _run(index: int, span: float, kernels: list[tuple[str, bool]], event: float | None = None) -> dict[str, object]:
     return {
         "index": index,

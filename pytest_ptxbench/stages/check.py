@@ -1,7 +1,7 @@
 """Stage *check*: the candidate's outputs against the trusted reference, element by element.
 
 An element is wrong when its absolute AND relative error exceed the task's tolerance for its dtype, or
-when it is not finite. Poisoned elements left as they were are reported as never written; a second
+when it is not finite; a task's matched ratio may forgive a few wrong elements, never a non-finite one. Poisoned elements left as they were are reported as never written; a second
 call on the first input set with a different, finite poison catches stale results. All-zero outputs
 and inputs the call changed fail too.
 """
@@ -32,15 +32,22 @@ class Comparison:
     all_zero: bool
     max_abs_error: float
     worst: list[str] = field(default_factory=list)
+    nonfinite: int = 0  # written NaN or infinity: never within a matched ratio
 
     @property
     def ok(self) -> bool:
-        return self.unwritten == 0 and not self.all_zero
+        return self.unwritten == 0 and self.nonfinite == 0 and not self.all_zero
+
+    def passes(self, matched_ratio: float) -> bool:
+        """ok, and no more wrong elements than the ratio forgives (rounded down, float noise aside)."""
+        return self.ok and self.wrong <= int((1 - matched_ratio) * self.elements + 1e-6)
 
     def summary(self) -> str:
         parts = []
         if self.unwritten:
             parts.append(f"{self.unwritten} of {self.elements} elements of {self.output} never written")
+        if self.nonfinite:
+            parts.append(f"{self.nonfinite} of {self.elements} elements of {self.output} not finite")
         if self.all_zero:
             parts.append(f"{self.output} is all zeros")
         if self.wrong:
@@ -55,8 +62,10 @@ def compare(
 ) -> Comparison:
     """`got` holds the stored values (bf16 as raw bits); `expected` is fp32 of the same shape."""
     poison_bits = int.from_bytes(bytes([poison]) * got.dtype.itemsize, "little")
-    unwritten = int(np.count_nonzero(got.view(f"u{got.dtype.itemsize}") == poison_bits))
+    poisoned = got.view(f"u{got.dtype.itemsize}") == poison_bits
+    unwritten = int(np.count_nonzero(poisoned))
     values = as_float(got, dtype)
+    nonfinite = int(np.count_nonzero(~np.isfinite(values) & ~poisoned))
     error = np.abs(values - expected)
     bad = ~np.isfinite(values) | ((error > tolerance.atol) & (error > tolerance.rtol * np.abs(expected)))
     wrong = int(np.count_nonzero(bad))
@@ -78,6 +87,7 @@ def compare(
         all_zero=bool(np.all(values == 0) and np.any(expected != 0)),
         max_abs_error=float(error[finite].max()) if finite.any() else float("inf"),
         worst=worst,
+        nonfinite=nonfinite,
     )
 
 
@@ -94,7 +104,7 @@ def verdict(
     if changed_inputs:
         problems.append(f"the call changed its inputs: {', '.join(sorted(set(changed_inputs)))}")
     for c in comparisons:
-        if not c.ok or c.wrong > (1 - matched_ratio) * c.elements:
+        if not c.passes(matched_ratio):
             problems.append(c.summary())
     data: dict[str, Any] = {
         "comparisons": [
