@@ -5,6 +5,7 @@
 #   bash scripts/device_check.sh bench    # the reference kernels against the vendor libraries (see MEASUREMENTS.md):
 #                                         # GEMM on every (N, K) pair at the largest M, attention forward at S 4096
 #   bash scripts/device_check.sh attention  # the reference attention kernels, d128 at S 4096, every stage
+#   bash scripts/device_check.sh baselines  # FlashInfer as the baseline, cuDNN's backward under the task's check
 # Needs the cupti-python wheel carried in .whl/ (see README). Logs go under $OUT (or ./device-out);
 # a short table is printed last.
 set -uo pipefail
@@ -17,6 +18,10 @@ if [ "${1:-}" = bench ]; then
   python3 scripts/bench_reference.py gemm > "$out/bench-gemm.log" 2>&1; echo "gemm rc=$?"
   python3 scripts/bench_reference.py attention_fwd > "$out/bench-attention-fwd.log" 2>&1; echo "attention_fwd rc=$?"
   tail -n 18 "$out/bench-gemm.log"; tail -n 9 "$out/bench-attention-fwd.log"
+  exit 0
+fi
+if [ "${1:-}" = baselines ]; then
+  python3 scripts/controls.py --baselines > "$out/baselines.log" 2>&1; echo "baselines rc=$?"; tail -n 12 "$out/baselines.log"
   exit 0
 fi
 if [ "${1:-}" = attention ]; then
