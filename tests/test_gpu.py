@@ -145,6 +145,28 @@ def test_output_and_input_cheats_fail_check(pipeline: Pipeline, gemm: Family, pl
     assert message in verdicts["check"].message
 
 
+def test_all_zero_outputs_fail_check(pipeline: Pipeline, gemm: Family) -> None:
+    verdicts = _run(pipeline, _no_opcodes(gemm), (PLANTED / "writes_zeros.cu").read_text())
+    assert verdicts["check"].status is Status.FAILED
+    assert "C is all zeros" in verdicts["check"].message
+
+
+def test_a_kernel_special_cased_to_the_shapes_shown_fails_on_a_hidden_one(pipeline: Pipeline, gemm: Family) -> None:
+    source = (PLANTED / "whole_tiles_only.cu").read_text()
+    assert _run(pipeline, _no_opcodes(gemm), source, m=256)["check"].passed
+    hidden = _run(pipeline, _no_opcodes(gemm), source, m=70)["check"]
+    assert hidden.status is Status.FAILED
+    assert "elements of C never written" in hidden.message
+
+
+def test_a_kernel_left_running_costs_the_candidate_not_the_baseline(pipeline: Pipeline, gemm: Family) -> None:
+    verdicts = _run(pipeline, _no_opcodes(gemm), (PLANTED / "heats_after_return.cu").read_text())
+    time = verdicts["time"]
+    assert time.passed, time.message
+    assert time.data["median_ms"] > 10, time.data["median_ms"]  # the ~20 ms heater is in the candidate's span
+    assert time.data["baseline_median_ms"] < 1, time.data["baseline_median_ms"]  # cuBLAS at M256: microseconds
+
+
 def test_drifting_after_the_check_fails_time(pipeline: Pipeline, gemm: Family) -> None:
     verdicts = _run(pipeline, _no_opcodes(gemm), (PLANTED / "drifts_after_checking.cu").read_text())
     assert verdicts["check"].passed, verdicts["check"].message
