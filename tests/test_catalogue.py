@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
+from pytest_ptxbench.agent.prompts import task_card
+from pytest_ptxbench.targets import TARGETS
 from pytest_ptxbench.task.catalogue import TaskFileError, load_catalogue, load_family, replace_hidden
 from pytest_ptxbench.task.formula import Formula, FormulaError
 
@@ -169,3 +171,10 @@ def test_formula_rejects_code() -> None:
     with pytest.raises(FormulaError):
         Formula("[M for M in range(9)]", ["M"])
     assert Formula("(M + 1) // 2 if M > 3 else -M", ["M"])({"M": 9}) == 5
+
+
+def test_the_task_card_states_what_the_check_forgives() -> None:
+    backward, gemm = load_family(TASKS / "attention_bwd.yaml"), load_family(TASKS / "gemm.yaml")
+    card = task_card(backward, backward.tasks[0], TARGETS["h100"])
+    assert "at least 99.999% of the elements of each output must be right; a NaN or infinity is always wrong" in card
+    assert "must be right" not in task_card(gemm, gemm.tasks[0], TARGETS["h100"])  # every element, unsaid

@@ -27,9 +27,10 @@ RULES = """\
 Host code may call only: {allowed}, plus memcpy/memset-class C functions and libm math.
 Forbidden: allocating device memory (use the zeroed workspace), streams, events or synchronisation of your
 own (launch on `stream`), other libraries (cuBLAS, cuDNN, CUTLASS, torch), dlopen/dlsym, getenv, files,
-sockets, threads, fork/exec, raw system calls. Do not modify inputs, write every output element on every
-call, keep no state between calls, and do not special-case the shapes listed: hidden shapes (including sizes
-that are multiples of no natural tile) score the kernel too."""
+sockets, threads, fork/exec, raw system calls; defining any extern "C" function but the launcher, or any
+cuda*/cu*/cupti*/nvtx*/nvml* name. Do not modify inputs, write every output element on every call, keep no
+state between calls, and do not special-case the shapes listed: hidden shapes (including sizes that are
+multiples of no natural tile) score the kernel too."""
 
 
 def system_prompt(target: Target) -> str:
@@ -74,7 +75,10 @@ def task_card(family: Family, task: Task, target: Target) -> str:
             f"- {dtype} outputs: an element is wrong when |out - ref| exceeds both {tol.atol} and {tol.rtol}·|ref|"
         )
     if family.matched_ratio < 1:
-        lines.append(f"- at least {family.matched_ratio:.2%} of the elements must be right")
+        lines.append(
+            f"- at least {100 * family.matched_ratio:g}% of the elements of each output must be right; "
+            "a NaN or infinity is always wrong"
+        )
     inputs = "; ".join(f"{d.name} ({_axes(d.params)})" for d in family.distributions)
     lines.append(f"- inputs are drawn from: {inputs}")
     opcodes = family.opcodes.get(target.name, ())
