@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -61,6 +62,7 @@ class Shape:
         self.values: dict[str, Any] = request["values"]
         folder = Path(request["folder"])  # input sets, which candidates read
         hidden = Path(request["references"])  # references, which a sandboxed candidate cannot see
+        self.folders = (folder, hidden)
         reference = _resolve(request["reference"])
         derive = importlib.import_module(request["reference"].partition(":")[0]).DERIVED_INPUTS.get(request["family"])
         self.baseline: Callable[..., Any] | None = None
@@ -147,6 +149,9 @@ class Trusted:
             except libraries.Unavailable as exc:
                 versions, unavailable = {}, str(exc)
             if request["key"] not in self.shapes:
+                for old in self.shapes.values():  # gigabytes each in /dev/shm: one shape's files at a time
+                    for folder in old.folders:
+                        shutil.rmtree(folder, ignore_errors=True)
                 self.shapes = {request["key"]: Shape(request)}  # one shape's sets at a time
             shape = self.shapes[request["key"]]
             shape.use(request["baseline"] if unavailable is None else None)
