@@ -201,10 +201,14 @@ class GpuStages:
     def _compare(
         self, family: Family, prepared: Prepared, index: int, files: dict[str, str], label: str, poison: int
     ) -> list[check.Comparison]:
+        """The saved outputs of one call against the set's references; the files are deleted once read (a
+        shape's outputs reach hundreds of MB, saved up to nine times)."""
         out = []
         for p in (p for p in prepared.params if p["role"] == "output"):
             shape = tuple(p["shape"])
-            got = wire.load(Path(files[p["name"]]), p["dtype"], shape)
+            saved = Path(files[p["name"]])
+            got = wire.load(saved, p["dtype"], shape)
+            saved.unlink()
             expected = wire.load(Path(prepared.sets[index]["reference"][p["name"]]), "fp32", shape)
             out.append(
                 check.compare(p["name"], label, got, p["dtype"], expected, family.tolerances[p["dtype"]], poison)
@@ -276,6 +280,7 @@ class GpuStages:
         else:
             verdict = sanitize.sanitize(tool, child, plan, result, env, timeout=600)
             verdict.data["shape"] = dict(family.sanitizer_shape)
+        shutil.rmtree(self.scratch / "once" / candidate.digest / stage, ignore_errors=True)  # outputs nobody reads
         self._cached[key] = verdict
         return verdict
 
