@@ -191,14 +191,14 @@ class GpuStages:
                 changed += reply["inputs_changed"]
                 overruns += reply["overruns"]
                 label = f"{prepared.labels[index]}, poison 0x{poison:02X}"
-                comparisons += self._compare(family, prepared, index, reply["outputs"], label, poison)
+                comparisons += self.compare_saved(family, prepared, index, reply["outputs"], label, poison)
         except ChildFailed as exc:
             return Verdict("check", Status.FAILED, str(exc), seconds=time.monotonic() - started)
         verdict = check.verdict(comparisons, family.matched_ratio, changed, overruns, time.monotonic() - started)
         verdict.data["sandbox"] = self.sandbox.description
         return verdict
 
-    def _compare(
+    def compare_saved(
         self, family: Family, prepared: Prepared, index: int, files: dict[str, str], label: str, poison: int
     ) -> list[check.Comparison]:
         """The saved outputs of one call against the set's references; the files are deleted once read (a
@@ -348,7 +348,7 @@ class GpuStages:
                 candidate_runs += reply["runs"]
                 for index, files in reply["saved"].items():
                     i = int(index) % len(prepared.sets)
-                    rechecks += self._compare(family, prepared, i, files, f"timed run {index}", check.POISONS[0])
+                    rechecks += self.compare_saved(family, prepared, i, files, f"timed run {index}", check.POISONS[0])
                 first += count
         except _Stopped as stop:
             return stop.verdict

@@ -185,6 +185,11 @@ def add_options(parser: pytest.Parser) -> None:
         parser.addini(option.dest, option.help, default="")
 
 
+def defaults() -> dict[str, Any]:
+    """Every setting at its default (scripts and tests that run stages without a pytest session)."""
+    return {option.name: option.default for option in OPTIONS}
+
+
 def resolve(config: pytest.Config, name: str, marker: Mapping[str, Any] | None = None) -> Any:
     """The value of option `name` from the first source that sets it."""
     option = BY_NAME[name]

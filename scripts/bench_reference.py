@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from pytest_ptxbench.baselines import attention_fwd_cudnn
+from pytest_ptxbench.references import attention_fwd
 from pytest_ptxbench.stages.build import flags
 from pytest_ptxbench.targets import TARGETS
 from pytest_ptxbench.task.catalogue import load_family
@@ -44,14 +45,6 @@ def build(source: Path, launcher: str) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(library))
     getattr(lib, launcher).restype = ctypes.c_int
     return lib
-
-
-def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    s = (q.float() @ k.float().transpose(-1, -2)) * q.shape[-1] ** -0.5
-    if causal:
-        n = s.shape[-1]
-        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
-    return torch.softmax(s, -1) @ v.float(), torch.logsumexp(s, -1)
 
 
 def call(
@@ -99,7 +92,8 @@ def check(lib: ctypes.CDLL) -> list[str]:
                 lse = torch.full((b, h, s), float("nan"), device="cuda")
                 code = call(lib, q, k, v, o, lse, causal)
                 torch.cuda.synchronize()
-                ro, rl = reference(q, k, v, causal)
+                expected = attention_fwd({"Q": q, "K": k, "V": v}, {"D": d, "mask": "causal" if causal else "full"})
+                ro, rl = expected["O"], expected["LSE"]
                 eo, el = (o.float() - ro).abs().max().item(), (lse - rl).abs().max().item()
                 ok = code == 0 and eo < 0.02 and el < 1e-3
                 line = f"check d{d} {'causal' if causal else 'full'} b{b} h{h} s{s}: code {code} max|dO| {eo:.4f} max|dLSE| {el:.5f}"
@@ -122,7 +116,7 @@ def median_ms(fn: Callable[[], object], runs: int = 30, warmup: int = 10) -> flo
         end.synchronize()
         if i >= warmup:
             times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return float(statistics.median(times))
 
 
 def timing(lib: ctypes.CDLL) -> list[str]:

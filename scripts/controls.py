@@ -26,9 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pytest_ptxbench.child import wire
 from pytest_ptxbench.gpu import TRUSTED_TIMEOUT, GpuStages, resolved_params
-from pytest_ptxbench.settings import OPTIONS
+from pytest_ptxbench.settings import defaults
 from pytest_ptxbench.stages import check
 from pytest_ptxbench.task.catalogue import load_family
 from pytest_ptxbench.toolchain import find_library
@@ -39,7 +38,7 @@ BLOCKS, PER_BLOCK, WARMUP = 5, 10, 10
 
 
 def aa_and_graph() -> list[str]:
-    settings = {o.name: o.default for o in OPTIONS}
+    settings = defaults()
     gemm = load_family(ROOT / "tasks" / "gemm.yaml")
     task = next(t for t in gemm.tasks if t.name == "gemm-n7168-k5120")
     stages = GpuStages(settings, Path(tempfile.mkdtemp()))
@@ -147,7 +146,7 @@ class _Independent:
 def attention_baselines() -> list[str]:
     """The cuDNN attention baselines through the trusted child at d128 S4096 (device notes: forward 2.69 ms,
     causal 1.46 ms; backward 8.02 ms, causal 4.56 ms)."""
-    settings = {o.name: o.default for o in OPTIONS}
+    settings = defaults()
     stages = GpuStages(settings, Path(tempfile.mkdtemp()))
     lines = []
     try:
@@ -174,7 +173,7 @@ def flashinfer_forward() -> list[str]:
     """FlashInfer (--ptx-baseline=flashinfer) as the attention_fwd baseline at d128 B4 H48 S4096, timed through
     the trusted child as cuDNN is, and its O and LSE of the last timed run against the fp32 reference (device
     notes: one sequence of 48 heads, causal, 0.42 ms; its first call compiles for ~86 s)."""
-    settings = {o.name: o.default for o in OPTIONS}
+    settings = defaults()
     stages = GpuStages(settings, Path(tempfile.mkdtemp()))
     family = load_family(ROOT / "tasks" / "attention_fwd.yaml").with_baseline("flashinfer")
     lines = []
@@ -205,18 +204,11 @@ def flashinfer_forward() -> list[str]:
                 per_kernel.setdefault(k["name"][:50], []).append(k["ms"])
             kernels = {name: round(statistics.median(ms), 4) for name, ms in sorted(per_kernel.items())}
             [(index, files)] = reply["saved"].items()
-            reference = prepared.sets[int(index) % len(prepared.sets)]["reference"]
-            errors = []
-            for p in (p for p in prepared.params if p["role"] == "output"):
-                shape = tuple(p["shape"])
-                got = wire.load(Path(files[p["name"]]), p["dtype"], shape)
-                expected = wire.load(Path(reference[p["name"]]), "fp32", shape)
-                c = check.compare(
-                    p["name"], f"run {index}", got, p["dtype"], expected, family.tolerances[p["dtype"]], 0xFF
-                )
-                errors.append(
-                    f"{c.output} max abs error {c.max_abs_error:.3g} ({c.wrong} of {c.elements} outside tolerance)"
-                )
+            index = int(index) % len(prepared.sets)
+            errors = [
+                f"{c.output} max abs error {c.max_abs_error:.3g} ({c.wrong} of {c.elements} outside tolerance)"
+                for c in stages.compare_saved(family, prepared, index, files, f"set {index}", 0xFF)
+            ]
             lines.append(
                 f"FlashInfer {task.name} b4-h48-s4096: median {statistics.median(spans):.3f} ms (IQR {_iqr(spans):.3f}) "
                 f"over {len(spans)} runs; warm-up (with compilation) {warmup_s:.0f} s; {'; '.join(errors)}; "

@@ -14,7 +14,7 @@ from pytest_ptxbench.candidate import Candidate
 from pytest_ptxbench.device import detect_devices, device_for, missing_device, read_clocks
 from pytest_ptxbench.pipeline import Pipeline
 from pytest_ptxbench.rundir import RunDirectory
-from pytest_ptxbench.settings import OPTIONS
+from pytest_ptxbench.settings import defaults
 from pytest_ptxbench.targets import TARGETS
 from pytest_ptxbench.task.catalogue import Family, Shape, Task, load_family
 from pytest_ptxbench.verdict import Status, Verdict
@@ -31,7 +31,7 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
     devices = detect_devices()
     if device_for(H100, devices) is None:
         pytest.skip(missing_device(H100, devices))
-    settings: dict[str, Any] = {o.name: o.default for o in OPTIONS}
+    settings: dict[str, Any] = defaults()
     settings.update(runs=20, warmup=3, call_timeout=30, model="tests")
     made = Pipeline(RunDirectory(tmp_path_factory.mktemp("run")), lambda: devices, settings)
     yield made
@@ -148,6 +148,7 @@ def test_output_and_input_cheats_fail_check(pipeline: Pipeline, gemm: Family, pl
 def test_all_zero_outputs_fail_check(pipeline: Pipeline, gemm: Family) -> None:
     verdicts = _run(pipeline, _no_opcodes(gemm), (PLANTED / "writes_zeros.cu").read_text())
     assert verdicts["check"].status is Status.FAILED
+    assert all(c["all_zero"] for c in verdicts["check"].data["comparisons"])
     assert "C is all zeros" in verdicts["check"].message
 
 
@@ -156,6 +157,7 @@ def test_a_kernel_special_cased_to_the_shapes_shown_fails_on_a_hidden_one(pipeli
     assert _run(pipeline, _no_opcodes(gemm), source, m=256)["check"].passed
     hidden = _run(pipeline, _no_opcodes(gemm), source, m=70)["check"]
     assert hidden.status is Status.FAILED
+    assert all(c["unwritten"] == c["elements"] for c in hidden.data["comparisons"])  # M 70: no whole tile at all
     assert "elements of C never written" in hidden.message
 
 

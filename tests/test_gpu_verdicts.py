@@ -122,6 +122,7 @@ def test_a_matched_ratio_forgives_a_few_wrong_elements_never_a_nan() -> None:
     assert (nan.wrong, nan.nonfinite, nan.unwritten) == (1, 1, 0)
     verdict = check.verdict([nan], 0.5, [], [], 1.0)
     assert not verdict.passed
+    assert verdict.data["comparisons"][0]["nonfinite"] == 1
     assert "1 of 10000 elements of dQ not finite" in verdict.message
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_ptxbench.gpu import GpuStages
-from pytest_ptxbench.settings import OPTIONS
+from pytest_ptxbench.settings import defaults
 from pytest_ptxbench.toolchain import find_library
 from pytest_ptxbench.workers import Child, ChildFailed, child_environment, make_sandbox
 
@@ -124,7 +124,7 @@ def test_reading_a_reference(build_and_inspect: BuildAndInspect, sandbox, tmp_pa
 
 
 def test_the_gpu_stages_hide_their_references_from_candidates(tmp_path: Path) -> None:
-    settings = {**{o.name: o.default for o in OPTIONS}, "sandbox": "namespaces"}
+    settings = {**defaults(), "sandbox": "namespaces"}
     stages = GpuStages(settings, tmp_path)
     try:
         if not stages.sandbox.prefix:

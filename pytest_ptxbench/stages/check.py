@@ -129,6 +129,8 @@ def verdict(
                 "elements": c.elements,
                 "wrong": c.wrong,
                 "unwritten": c.unwritten,
+                "nonfinite": c.nonfinite,
+                "all_zero": c.all_zero,
                 "max_abs_error": c.max_abs_error,
                 "worst": c.worst,
             }
