@@ -6,8 +6,8 @@ driver), prints its compile figures, then runs the cases in child processes: a k
 the case it happened in, and the next child carries on with the rest. Correctness: dQ, dK, dV against the
 project's fp32 reference (atol = rtol = 0.03, the task's tolerances) for D 64/96/128, causal and not, at
 S 200, 1000, 3001 and 4096, each checked on two consecutive calls with a workspace filled with garbage
-and poisoned outputs. Timing: B4 H48 S4096 d128, causal and not, 10 warm-ups and 30 runs timed with CUDA
-events (median), against cuDNN's backward. A table comes last.
+and poisoned outputs. Timing: B4 H48 S4096 d128, causal and not, timed as bench_reference.py times (CUDA
+events, L2 flushed, 10 warm-ups, median of 30), against cuDNN's backward. A table comes last.
 
 Usage: python3 scripts/dev_attention_bwd.py [--source FILE] [--skip-time]
 """
@@ -22,12 +22,10 @@ import queue
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -36,18 +34,19 @@ SOURCE = ROOT / "tasks" / "reference" / "h100" / "attention_bwd.cu"
 ATOL = RTOL = 0.03
 CASE_TIMEOUT_S = 120.0  # per case, after the child has started
 START_TIMEOUT_S = 120.0  # torch import and CUDA start-up
-WARMUP, RUNS = 10, 30
 # (B, H, S) per sequence length of the correctness cases
 CHECK_SHAPES = [(1, 2, 200), (2, 3, 1000), (1, 2, 3001), (1, 8, 4096)]
 TIME_SHAPE = (4, 48, 4096)
 
 
 def build(source: Path, out: Path) -> str:
-    """nvcc with the harness's target flags; returns the compiler log (ptxas -v)."""
+    """nvcc with the harness's flags, linked to the driver; returns the compiler log (ptxas -v)."""
+    sys.path.insert(0, str(ROOT))
+    from pytest_ptxbench.stages.build import flags
+    from pytest_ptxbench.targets import TARGETS
+
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    # -gencode, not -arch=sm_90a: nvcc 13.0's shorthand also runs a plain sm_90 pass that rejects wgmma.
-    argv = [nvcc, "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-std=c++17", "-lineinfo", "-shared"]
-    argv += ["-Xcompiler", "-fPIC", "--ptxas-options=-v", "-o", str(out), str(source), "-lcuda"]
+    argv = [nvcc, *flags(TARGETS["h100"]), "-o", str(out), str(source), "-lcuda"]
     done = subprocess.run(argv, capture_output=True, text=True)
     log = done.stdout + done.stderr
     if done.returncode != 0:
@@ -78,6 +77,7 @@ def compile_figures(log: str) -> list[str]:
 
 def run_case(lib: ctypes.CDLL, case: dict[str, Any]) -> dict[str, Any]:
     import torch
+    from bench_reference import median_ms  # the same method as the forward's figures: L2 flushed before each run
 
     from pytest_ptxbench import baselines, references
 
@@ -130,22 +130,6 @@ def run_case(lib: ctypes.CDLL, case: dict[str, Any]) -> dict[str, Any]:
         result["ms"] = median_ms(call)
         result["cudnn_ms"] = median_ms(lambda: baselines.attention_bwd_cudnn(inputs, outs, values, state))
     return result
-
-
-def median_ms(fn: Callable[[], object]) -> float:
-    import torch
-
-    for _ in range(WARMUP):
-        fn()
-    times: list[float] = []
-    for _ in range(RUNS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(float(start.elapsed_time(end)))
-    return statistics.median(times)
 
 
 def child(library: str, cases: list[dict[str, Any]]) -> None:
