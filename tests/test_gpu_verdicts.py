@@ -108,6 +108,23 @@ def test_check_comparison() -> None:
     assert check.verdict([good], 1.0, [], [], 1.0).passed
 
 
+def test_check_comparison_of_fp32_outputs() -> None:
+    """fp32 outputs (attention's LSE) are compared by value; their bits only find the poison. (A version
+    that cast the bits to float read 9.21299 as 1.09179e9 and failed every LSE on the H200.)"""
+    expected = np.random.default_rng(2).normal(size=(3, 5000)).astype(np.float32) * 10
+    tolerance = Tolerance(0.001, 0.001)
+    good = check.compare("LSE", "normal", expected.copy(), "fp32", expected, tolerance, 0xFF)
+    assert good.ok and (good.wrong, good.unwritten) == (0, 0) and good.max_abs_error == 0.0
+    got = expected.copy()
+    got.view(np.uint32)[1, 4321] = 0xFFFFFFFF  # left poisoned
+    got[2, 7] += 1.0
+    bad = check.compare("LSE", "normal", got, "fp32", expected, tolerance, 0xFF)
+    assert (bad.unwritten, bad.wrong, bad.nonfinite) == (1, 2, 0)
+    assert bad.worst[0].startswith("LSE[1, 4321] = nan") and bad.worst[1] == (
+        f"LSE[2, 7] = {got[2, 7]:.6g}, expected {expected[2, 7]:.6g}"
+    )
+
+
 def test_a_matched_ratio_forgives_a_few_wrong_elements_never_a_nan() -> None:
     expected = np.random.default_rng(1).normal(size=(100, 100)).astype(np.float32)
     tolerance = Tolerance(0.03, 0.03)

@@ -64,14 +64,15 @@ def compare(
     """`got` holds the stored values (bf16 as raw bits); `expected` is fp32 of the same shape. The work goes
     in chunks that stay in the CPU's caches (outputs reach hundreds of MB, compared up to nine times a shape)."""
     poison_bits = int.from_bytes(bytes([poison]) * got.dtype.itemsize, "little")
-    raw, reference = got.reshape(-1).view(f"u{got.dtype.itemsize}"), expected.reshape(-1)
+    stored, reference = got.reshape(-1), expected.reshape(-1)
+    raw = stored.view(f"u{got.dtype.itemsize}")  # the bits, to find the poison
     unwritten = nonfinite = wrong = 0
     max_error, any_value, any_expected = -1.0, False, False
     candidates: list[tuple[float, int]] = []  # (error, flat index) of the worst wrong elements of each chunk
     for start in range(0, raw.size, CHUNK):
         bits, ref = raw[start : start + CHUNK], reference[start : start + CHUNK]
         poisoned = bits == poison_bits
-        values = as_float(bits, dtype)
+        values = as_float(stored[start : start + CHUNK], dtype)
         finite = np.isfinite(values)
         unwritten += int(np.count_nonzero(poisoned))
         nonfinite += int(np.count_nonzero(~finite & ~poisoned))
@@ -91,7 +92,7 @@ def compare(
     worst = []
     for _, flat in sorted(candidates, key=lambda c: (-c[0], c[1]))[:WORST]:
         index = np.unravel_index(flat, got.shape)
-        value = float(as_float(raw[flat : flat + 1], dtype)[0])
+        value = float(as_float(stored[flat : flat + 1], dtype)[0])
         worst.append(f"{output}[{', '.join(map(str, index))}] = {value:.6g}, expected {reference[flat]:.6g}")
     return Comparison(
         output,
