@@ -8,7 +8,6 @@ at a time (`exclusive`).
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import tempfile
@@ -17,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .device import Device
+from .locks import locked
 
 _WORKER = re.compile(r"^gw(\d+)$")
 
@@ -52,10 +52,5 @@ def pin_worker(worker_id: str | None, devices: list[Device]) -> str | None:
 @contextmanager
 def exclusive(device: Device) -> Iterator[None]:
     """Hold the host-wide lock of one GPU (timing and profiling never share it)."""
-    path = Path(tempfile.gettempdir(), f"ptxbench-gpu-{device.uuid}.lock")
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with locked(Path(tempfile.gettempdir(), f"ptxbench-gpu-{device.uuid}.lock")):
+        yield

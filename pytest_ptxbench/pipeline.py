@@ -6,14 +6,17 @@ architecture and run per shape.
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .candidate import Candidate
 from .device import Device, device_for, missing_device
+from .locks import locked
 from .pinning import exclusive
-from .rundir import RunDirectory
+from .rundir import RunDirectory, write_atomic
 from .stages.build import build
 from .stages.inspect import inspect
 from .targets import Target
@@ -25,6 +28,19 @@ if TYPE_CHECKING:
 
 # What an agent calls to have a kernel judged on the task's visible shapes.
 Evaluate = Callable[[Candidate], list[Verdict]]
+STATIC_RECORD = "static.json"  # build and inspect verdicts, for the other xdist workers of the run
+XDIST_RUN = "PYTEST_XDIST_TESTRUNUID"  # one value for every worker of one xdist run
+
+
+def shared_static(workdir: Path) -> list[Verdict] | None:
+    """The verdicts another worker of this xdist run recorded for the same source, or None. A record of
+    another run (an older harness, another toolchain) is never reused: that run builds again."""
+    run = os.environ.get(XDIST_RUN)
+    path = workdir / STATIC_RECORD
+    if run is None or not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    return [Verdict.from_json(v) for v in record["verdicts"]] if record.get("run") == run else None
 
 
 class Pipeline:
@@ -56,14 +72,20 @@ class Pipeline:
         key = (family.name, target.name, candidate.digest)
         if key not in self._static:
             workdir = self.run.build_dir(f"{family.name}-{target.name}", candidate.digest)
-            built = build(candidate, family.launcher, target, workdir, self.settings["build_timeout"])
-            verdicts = [built]
-            if built.passed:
-                required = family.opcodes.get(target.name, ())
-                library = Path(built.data["library"])
-                verdicts.append(inspect(library, target, required, family.launcher.name, timeout=120))
-            self._static[key] = verdicts
+            with locked(workdir / "static.lock"):  # xdist workers share the folder
+                self._static[key] = shared_static(workdir) or self._build_and_inspect(candidate, family, target, workdir)
         return self._static[key]
+
+    def _build_and_inspect(self, candidate: Candidate, family: Family, target: Target, workdir: Path) -> list[Verdict]:
+        built = build(candidate, family.launcher, target, workdir, self.settings["build_timeout"])
+        verdicts = [built]
+        if built.passed:
+            required = family.opcodes.get(target.name, ())
+            library = Path(built.data["library"])
+            verdicts.append(inspect(library, target, required, family.launcher.name, timeout=120))
+        record = {"run": os.environ.get(XDIST_RUN), "verdicts": [v.to_json() for v in verdicts]}
+        write_atomic(workdir / STATIC_RECORD, json.dumps(record))
+        return verdicts
 
     def gpu(
         self,

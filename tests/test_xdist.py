@@ -98,3 +98,41 @@ def test_one_worker_per_gpu_with_tasks_kept_together(two_gpus: pytest.Pytester) 
         assert row["cuda_visible_devices"] == uuids[int(row["worker"].removeprefix("gw"))]
     for task in {r["task"] for r in rows}:
         assert len({r["worker"] for r in rows if r["task"] == task}) == 1, f"{task} was split across workers"
+
+
+WORKER = """
+import json, sys
+from pathlib import Path
+from pytest_ptxbench.candidate import Candidate
+from pytest_ptxbench.pipeline import Pipeline
+from pytest_ptxbench.rundir import RunDirectory
+from pytest_ptxbench.settings import defaults
+from pytest_ptxbench.targets import TARGETS
+from pytest_ptxbench.task.catalogue import load_family
+
+tasks, run = Path(sys.argv[1]), Path(sys.argv[2])
+family = load_family(tasks / "gemm.yaml")
+candidate = Candidate.from_file("gemm", "h100", tasks / "reference" / "h100" / "gemm.cu")
+verdicts = Pipeline(RunDirectory(run), lambda: [], defaults()).static(candidate, family, TARGETS["h100"])
+print(json.dumps([[v.stage, v.status.value, v.seconds] for v in verdicts]))
+"""
+
+
+def test_workers_of_one_run_build_a_source_once(toolchain: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers of one xdist run that reach the same source at once: one builds and inspects under the build
+    folder's lock, the others reuse its verdicts. (Unlocked, each rebuilt candidate.so while another was
+    disassembling it: `cuobjdump fatal: Invalid fatbin header`.) A later run builds again."""
+    tasks = Path(__file__).parent.parent / "tasks"
+
+    def workers(run_id: str, count: int) -> list[list[list[object]]]:
+        monkeypatch.setenv("PYTEST_XDIST_TESTRUNUID", run_id)
+        argv = [sys.executable, "-c", WORKER, str(tasks), str(tmp_path / "run")]
+        started = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for _ in range(count)]
+        return [json.loads(p.communicate(timeout=600)[0]) for p in started]
+
+    first = workers("run-1", 3)
+    assert all([stage for stage, _, _ in w] == ["build", "inspect"] for w in first), first
+    assert all(status == "passed" for w in first for _, status, _ in w), first
+    assert first[0] == first[1] == first[2]  # one build's seconds, shared
+    (again,) = workers("run-2", 1)
+    assert again[0][1] == "passed" and again[0][2] != first[0][0][2]  # another run: built anew
