@@ -14,6 +14,7 @@
 Usage: PYTHONPATH=. python3 scripts/controls.py [RUN_DIR]   1, 2, the cuDNN part of 3, and 4 for RUN_DIR
        PYTHONPATH=. python3 scripts/controls.py --baselines  the rest of 3 (FlashInfer compiles: minutes)
        PYTHONPATH=. python3 scripts/controls.py --stages RUN_DIR
+       PYTHONPATH=. python3 scripts/controls.py --self-check  cuDNN's backward under the task's check only
 """
 
 from __future__ import annotations
@@ -282,6 +283,9 @@ def stage_times(run: Path) -> list[str]:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--stages"]:  # only the stage wall times of a run directory
         print("\n".join(stage_times(Path(sys.argv[2]))))
+        sys.exit(0)
+    if sys.argv[1:2] == ["--self-check"]:  # only cuDNN's backward under the task's check
+        print("\n".join(baseline_self_check()), flush=True)
         sys.exit(0)
     if sys.argv[1:2] == ["--baselines"]:  # the alternative baseline and the vendor's own check (minutes)
         print("\n".join(flashinfer_forward()), flush=True)

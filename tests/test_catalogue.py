@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from pytest_ptxbench.agent.prompts import task_card
+from pytest_ptxbench.stages import check
 from pytest_ptxbench.targets import TARGETS
 from pytest_ptxbench.task.catalogue import TaskFileError, load_catalogue, load_family, replace_hidden
 from pytest_ptxbench.task.formula import Formula, FormulaError
@@ -52,6 +53,16 @@ def test_repository_catalogue() -> None:
     ]
     assert len(families["attention_fwd"].tasks) == 8 and len(families["attention_bwd"].tasks) == 6
     assert "S: 1000" in str([dict(s) for s in families["attention_fwd"].hidden]).replace("'", "")
+
+
+def test_the_backward_forgives_what_cudnn_itself_gets_wrong() -> None:
+    """cuDNN's own backward on the H200, spiky set, B4 H48 S4096 d128 (MEASUREMENTS.md): 1,404 of
+    100,663,296 dQ elements past the tolerance. A task its vendor library fails is the task's fault."""
+    family = load_family(TASKS / "attention_bwd.yaml")
+    elements = 4 * 48 * 4096 * 128
+    cudnn = check.Comparison("dQ", "spiky", elements, 1404, 0, False, 2.36)
+    assert cudnn.passes(family.matched_ratio)
+    assert not check.Comparison("dQ", "spiky", elements, elements // 1000, 0, False, 2.0).passes(family.matched_ratio)
 
 
 def test_formulas_of_the_catalogue() -> None:
@@ -176,5 +187,5 @@ def test_formula_rejects_code() -> None:
 def test_the_task_card_states_what_the_check_forgives() -> None:
     backward, gemm = load_family(TASKS / "attention_bwd.yaml"), load_family(TASKS / "gemm.yaml")
     card = task_card(backward, backward.tasks[0], TARGETS["h100"])
-    assert "at least 99.999% of the elements of each output must be right; a NaN or infinity is always wrong" in card
+    assert "at least 99.99% of the elements of each output must be right; a NaN or infinity is always wrong" in card
     assert "must be right" not in task_card(gemm, gemm.tasks[0], TARGETS["h100"])  # every element, unsaid
