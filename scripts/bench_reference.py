@@ -92,7 +92,7 @@ def check(lib: ctypes.CDLL) -> list[str]:
                 lse = torch.full((b, h, s), float("nan"), device="cuda")
                 code = call(lib, q, k, v, o, lse, causal)
                 torch.cuda.synchronize()
-                expected = attention_fwd({"Q": q, "K": k, "V": v}, {"D": d, "mask": "causal" if causal else "full"})
+                expected = attention_fwd({"Q": q, "K": k, "V": v}, {"D": d, "S": s, "mask": "causal" if causal else "full"})
                 ro, rl = expected["O"], expected["LSE"]
                 eo, el = (o.float() - ro).abs().max().item(), (lse - rl).abs().max().item()
                 ok = code == 0 and eo < 0.02 and el < 1e-3
@@ -126,7 +126,7 @@ def timing(lib: ctypes.CDLL) -> list[str]:
         for causal in (False, True):
             q, k, v = inputs(b, h, s, d)
             o, lse = torch.empty_like(q), torch.empty(b, h, s, device="cuda")
-            values = {"D": d, "mask": "causal" if causal else "full"}
+            values = {"D": d, "S": s, "mask": "causal" if causal else "full"}
             ours = median_ms(partial(call, lib, q, k, v, o, lse, causal))
             cudnn = median_ms(partial(attention_fwd_cudnn, {"Q": q, "K": k, "V": v}, {}, values, {}))
             flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)

@@ -45,7 +45,7 @@ struct Config {
     static constexpr uint32_t PANEL_KV = BN * 128;
     static constexpr uint32_t Q_BYTES = DP * PANEL_Q;
     static constexpr uint32_t KV_BYTES = DP * PANEL_KV;   // one K or V block
-    static constexpr size_t SMEM = 1024 + Q_BYTES + 2 * STAGES * KV_BYTES + (1 + 3 * STAGES) * 8;
+    static constexpr size_t SMEM = 1024 + Q_BYTES + 2 * STAGES * KV_BYTES + (1 + 4 * STAGES) * 8;
 };
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
@@ -183,6 +183,78 @@ __device__ __forceinline__ void scores(float (&s)[BN / 2], uint32_t q_tile, uint
     }
 }
 
+
+// Named barriers 1 and 2 order the two consumer warpgroups' tensor-core work: a warpgroup issues its
+// products only after the other has issued its own, so one's softmax overlaps the other's products.
+__device__ __forceinline__ void named_sync(int id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
+
+// Masks the ragged and causal edges of one S block (only blocks that reach an edge pay for it).
+template <int BN>
+__device__ __forceinline__ void mask_block(float (&s)[BN / 2], int k0, int S, int causal, int wg_row, int row, int lane) {
+    if (k0 + BN > S || (causal && k0 + BN - 1 > wg_row)) {
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int col = k0 + 8 * j + 2 * (lane & 3) + e;
+                    if (col >= S || (causal && col > row + 8 * h)) s[4 * j + 2 * h + e] = -INFINITY;
+                }
+    }
+}
+
+// Online softmax in base 2: turns S into P in place, updates the row maxima m and this thread's share of
+// the row sums l, and returns the factors by which O must be rescaled.
+template <int BN>
+__device__ __forceinline__ void softmax_block(float (&s)[BN / 2], float (&m)[2], float (&l)[2], float (&correction)[2],
+                                              float scale_log2) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+        const float m_new = fmaxf(m[h], mx * scale_log2);
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;   // a row with nothing visible yet
+        correction[h] = exp2_approx(m[h] - m_use);
+        m[h] = m_new;
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const float p = exp2_approx(fmaf(s[4 * j + 2 * h + e], scale_log2, -m_use));
+                s[4 * j + 2 * h + e] = p;
+                sum += p;
+            }
+        l[h] = l[h] * correction[h] + sum;
+    }
+}
+
+template <int BN>
+__device__ __forceinline__ void to_fragments(uint32_t (&p)[BN / 16][4], const float (&s)[BN / 2]) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+        p[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
+        p[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+        p[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+        p[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+}
+
+// O += P·V for one key block: P from registers, V as MN-major 64-column panels.
+template <int BN, int DP>
+__device__ __forceinline__ void accumulate_pv(float (&o)[DP][32], const uint32_t (&p)[BN / 16][4], uint32_t v_tile) {
+    constexpr uint32_t PANEL_V = BN * 128;
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+        for (int d = 0; d < DP; ++d) wgmma_rs_n64(o[d], p[kk], smem_desc(v_tile + d * PANEL_V + kk * 16 * 128), 1u);
+}
+
 template <int D_>
 __global__ void __launch_bounds__(THREADS, 1)
 attention_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
@@ -197,7 +269,8 @@ attention_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_co
     const uint32_t full_q = smem_v + STAGES * C::KV_BYTES;
     const uint32_t full_k = full_q + 8;                          // STAGES barriers each
     const uint32_t full_v = full_k + 8 * STAGES;
-    const uint32_t empty = full_v + 8 * STAGES;
+    const uint32_t empty_k = full_v + 8 * STAGES;
+    const uint32_t empty_v = empty_k + 8 * STAGES;
 
     const int q_blocks = (S + BM - 1) / BM, k_blocks = (S + BN - 1) / BN;
     const int qb = causal ? q_blocks - 1 - (int)blockIdx.x : (int)blockIdx.x;
@@ -214,41 +287,46 @@ attention_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_co
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full_k + 8 * s, 1);
             mbar_init(full_v + 8 * s, 1);
-            mbar_init(empty + 8 * s, CONSUMERS * 4);
+            mbar_init(empty_k + 8 * s, CONSUMERS * 4);
+            mbar_init(empty_v + 8 * s, CONSUMERS * 4);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
 
     if (wg == 0) {
-        // ---------------- producer ----------------
+        // ---------------- producer: K and V rings with their own slots, so K runs ahead of V ----------------
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
         if (threadIdx.x == 0) {
             mbar_arrive_expect_tx(full_q, C::Q_BYTES);
             for (int p = 0; p < DP; ++p) tma_load_3d(smem_q + p * C::PANEL_Q, &tmap_q, full_q, 64 * p, q0, bh);
-            int s = 0;
-            uint32_t phase = 0;
             for (int kb = 0; kb < k_end; ++kb) {
-                mbar_wait(empty + 8 * s, phase ^ 1);                 // fresh barriers pass parity 1 at once
+                const int s = kb % STAGES;
+                const uint32_t phase = (kb / STAGES) & 1;
+                mbar_wait(empty_k + 8 * s, phase ^ 1);               // fresh barriers pass parity 1 at once
                 mbar_arrive_expect_tx(full_k + 8 * s, C::KV_BYTES);
                 for (int p = 0; p < DP; ++p)
                     tma_load_3d(smem_k + s * C::KV_BYTES + p * C::PANEL_KV, &tmap_k, full_k + 8 * s, 64 * p, kb * BN, bh);
+                mbar_wait(empty_v + 8 * s, phase ^ 1);
                 mbar_arrive_expect_tx(full_v + 8 * s, C::KV_BYTES);
                 for (int p = 0; p < DP; ++p)
                     tma_load_3d(smem_v + s * C::KV_BYTES + p * C::PANEL_KV, &tmap_v, full_v + 8 * s, 64 * p, kb * BN, bh);
-                if (++s == STAGES) { s = 0; phase ^= 1; }
             }
         }
         return;
     }
 
     // ---------------- consumers ----------------
+    // Block j's Q·Kᵀ is issued together with block j-1's P·V, and block j's softmax runs while that P·V
+    // is still on the tensor cores (FlashAttention-3's intra-warpgroup overlap).
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
     const int cw = wg - 1;
     const int warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
     const int wg_row = q0 + cw * 64;                    // first query row of this warpgroup
     const int row = wg_row + warp * 16 + lane / 4;      // this thread's rows: row and row + 8
     const uint32_t q_tile = smem_q + cw * 64 * 128;
+    // Key blocks with a row of this warpgroup below them; later ones (causal) are only released.
+    const int wg_end = causal ? min(k_end, (wg_row + 63) / BN + 1) : k_end;
 
     // Accumulator layout of m64nNk16: element 4j + 2h + e is row (16 warp + lane/4 + 8h), column 8j + 2(lane%4) + e.
     float o[DP][32];
@@ -258,95 +336,85 @@ attention_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_co
         for (int i = 0; i < 32; ++i) o[p][i] = 0.f;
     float m[2] = {-INFINITY, -INFINITY};                // running row maxima of S·scale·log2(e)
     float l[2] = {0.f, 0.f};                            // this thread's share of the running row sums
+    float correction[2];
     float s_acc[C::S_REGS];
     uint32_t p_frag[BN / 16][4];
+    auto release = [&](uint32_t empty, int kb) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty + 8 * (kb % STAGES));
+    };
+    auto phase_of = [](int kb) { return (uint32_t)((kb / STAGES) & 1); };
+
+    constexpr bool PINGPONG = BN == BM;                 // then both warpgroups walk the same key blocks
+    if (PINGPONG && cw == 1) named_arrive(1);          // warpgroup 0 goes first
 
     mbar_wait(full_q, 0);
-    int s = 0;
-    uint32_t phase = 0;
-    for (int kb = 0; kb < k_end; ++kb) {
-        const int k0 = kb * BN;
-        if (!causal || k0 <= wg_row + 63) {
-            mbar_wait(full_k + 8 * s, phase);
-            wgmma_fence();
-            scores<C::D, BN>(s_acc, q_tile, smem_k + s * C::KV_BYTES);
-            wgmma_commit();
-            wgmma_wait0();
-            pin(s_acc);
+    // block 0: scores and softmax
+    mbar_wait(full_k, 0);
+    wgmma_fence();
+    scores<C::D, BN>(s_acc, q_tile, smem_k);
+    wgmma_commit();
+    wgmma_wait0();
+    pin(s_acc);
+    release(empty_k, 0);
+    mask_block<BN>(s_acc, 0, S, causal, wg_row, row, lane);
+    softmax_block<BN>(s_acc, m, l, correction, scale_log2);
+    to_fragments<BN>(p_frag, s_acc);
 
-            if (k0 + BN > S || (causal && k0 + BN - 1 > wg_row)) {   // a ragged or diagonal block
+    for (int kb = 1; kb < wg_end; ++kb) {
+        const int s = kb % STAGES, prev = (kb - 1) % STAGES;
+        mbar_wait(full_k + 8 * s, phase_of(kb));
+        mbar_wait(full_v + 8 * prev, phase_of(kb - 1));
+        pin(p_frag);
 #pragma unroll
-                for (int j = 0; j < BN / 8; ++j)
+        for (int p = 0; p < DP; ++p) pin(o[p]);
+        if (PINGPONG) named_sync(1 + cw);
+        wgmma_fence();
+        scores<C::D, BN>(s_acc, q_tile, smem_k + s * C::KV_BYTES);
+        wgmma_commit();
+        accumulate_pv<BN, DP>(o, p_frag, smem_v + prev * C::KV_BYTES);
+        wgmma_commit();
+        if (PINGPONG) named_arrive(2 - cw);
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");   // the scores; P·V may still run
+        pin(s_acc);
+        release(empty_k, kb);
+        mask_block<BN>(s_acc, kb * BN, S, causal, wg_row, row, lane);
+        softmax_block<BN>(s_acc, m, l, correction, scale_log2);
+        wgmma_wait0();
 #pragma unroll
-                    for (int h = 0; h < 2; ++h)
+        for (int p = 0; p < DP; ++p) pin(o[p]);
+        release(empty_v, kb - 1);
 #pragma unroll
-                        for (int e = 0; e < 2; ++e) {
-                            const int col = k0 + 8 * j + 2 * (lane & 3) + e;
-                            if (col >= S || (causal && col > row + 8 * h)) s_acc[4 * j + 2 * h + e] = -INFINITY;
-                        }
-            }
-
+        for (int p = 0; p < DP; ++p)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                float mx = -INFINITY;
+            for (int j = 0; j < 8; ++j)
 #pragma unroll
-                for (int j = 0; j < BN / 8; ++j) mx = fmaxf(mx, fmaxf(s_acc[4 * j + 2 * h], s_acc[4 * j + 2 * h + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-                const float m_new = fmaxf(m[h], mx * scale_log2);
-                const float m_use = m_new == -INFINITY ? 0.f : m_new;   // a row with nothing visible yet
-                const float correction = exp2_approx(m[h] - m_use);
-                m[h] = m_new;
-                float sum = 0.f;
+                for (int h = 0; h < 2; ++h) {
+                    o[p][4 * j + 2 * h] *= correction[h];
+                    o[p][4 * j + 2 * h + 1] *= correction[h];
+                }
+        to_fragments<BN>(p_frag, s_acc);
+    }
+    if (PINGPONG && cw == 0) named_sync(1);           // the other warpgroup's last arrival
+    // the last block's P·V
+    mbar_wait(full_v + 8 * ((wg_end - 1) % STAGES), phase_of(wg_end - 1));
+    pin(p_frag);
 #pragma unroll
-                for (int j = 0; j < BN / 8; ++j)
+    for (int p = 0; p < DP; ++p) pin(o[p]);
+    wgmma_fence();
+    accumulate_pv<BN, DP>(o, p_frag, smem_v + ((wg_end - 1) % STAGES) * C::KV_BYTES);
+    wgmma_commit();
+    wgmma_wait0();
 #pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const float p = exp2_approx(fmaf(s_acc[4 * j + 2 * h + e], scale_log2, -m_use));
-                        s_acc[4 * j + 2 * h + e] = p;
-                        sum += p;
-                    }
-                l[h] = l[h] * correction + sum;
-#pragma unroll
-                for (int p = 0; p < DP; ++p)
-#pragma unroll
-                    for (int j = 0; j < 8; ++j) {
-                        o[p][4 * j + 2 * h] *= correction;
-                        o[p][4 * j + 2 * h + 1] *= correction;
-                    }
-            }
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; ++kk) {
-                p_frag[kk][0] = pack_bf16(s_acc[8 * kk + 0], s_acc[8 * kk + 1]);
-                p_frag[kk][1] = pack_bf16(s_acc[8 * kk + 2], s_acc[8 * kk + 3]);
-                p_frag[kk][2] = pack_bf16(s_acc[8 * kk + 4], s_acc[8 * kk + 5]);
-                p_frag[kk][3] = pack_bf16(s_acc[8 * kk + 6], s_acc[8 * kk + 7]);
-            }
-
-            mbar_wait(full_v + 8 * s, phase);
-            pin(p_frag);
-#pragma unroll
-            for (int p = 0; p < DP; ++p) pin(o[p]);
-            wgmma_fence();
-            const uint32_t v_tile = smem_v + s * C::KV_BYTES;
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; ++kk)
-#pragma unroll
-                for (int p = 0; p < DP; ++p)
-                    wgmma_rs_n64(o[p], p_frag[kk], smem_desc(v_tile + p * C::PANEL_KV + kk * 16 * 128), 1u);
-            wgmma_commit();
-            wgmma_wait0();
-#pragma unroll
-            for (int p = 0; p < DP; ++p) pin(o[p]);
-        } else {
-            // Every row of this warpgroup is above the block: nothing to add, but the slot is released
-            // only after it has been filled, so that arrivals stay in step with the ring's phases.
-            mbar_wait(full_v + 8 * s, phase);
-            mbar_wait(full_k + 8 * s, phase);
-        }
-        __syncwarp();
-        if (lane == 0) mbar_arrive(empty + 8 * s);
-        if (++s == STAGES) { s = 0; phase ^= 1; }
+    for (int p = 0; p < DP; ++p) pin(o[p]);
+    release(empty_v, wg_end - 1);
+    // Blocks wholly above this warpgroup's rows (causal): their slots are released once filled, so that
+    // arrivals stay in step with the ring's phases.
+    for (int kb = wg_end; kb < k_end; ++kb) {
+        mbar_wait(full_k + 8 * (kb % STAGES), phase_of(kb));
+        release(empty_k, kb);
+        mbar_wait(full_v + 8 * (kb % STAGES), phase_of(kb));
+        release(empty_v, kb);
     }
 
     // ---------------- epilogue ----------------
