@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .candidate import Candidate
+from .checkout import CheckoutGuard
 from .child import wire
 from .stages import check, profile, sanitize, timing
 from .targets import Target
@@ -65,11 +66,19 @@ class GpuStages:
         self.scratch = Path(tempfile.mkdtemp(prefix="ptxbench-", dir=shm if shm.is_dir() else None))
         self.references = self.scratch / "references"  # written by the trusted child, hidden from candidates
         self.references.mkdir()
+        mode = settings["sandbox"]
         self.sandbox = (
             make_sandbox([PACKAGE_ROOT, Path.cwd()], [run_dir, self.scratch], hidden=[self.references])
-            if settings["sandbox"] == "namespaces"
+            if mode != "off"
             else Sandbox((), "none: --ptx-sandbox=off")
         )
+        if mode == "namespaces" and not self.sandbox.prefix:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            raise ValueError(f"--ptx-sandbox=namespaces cannot confine children here: {self.sandbox.description}")
+        trees = {
+            (root / name).resolve() for root in (PACKAGE_ROOT, Path.cwd()) for name in ("pytest_ptxbench", "tasks")
+        }
+        self.guard = CheckoutGuard(Path.cwd(), tuple(sorted(t for t in trees if t.is_dir())))
         self._trusted: Child | None = None
         self._cached: dict[tuple[str, str, str], Verdict] = {}  # profile and sanitize, per (stage, kernel, task)
 
@@ -135,6 +144,7 @@ class GpuStages:
         static: Sequence[Verdict],
         overrides: Mapping[str, Any] | None = None,
     ) -> list[Verdict]:
+        """Every GPU stage's verdict; check fails, whatever else ran, when the checkout changed meanwhile."""
         settings = {**self.settings, **(overrides or {})}  # a test's own runs, warm-ups, call timeout
         library = Path(static[0].data["library"])
         own = dict(static[1].data["kernels"])  # mangled → readable
@@ -145,17 +155,17 @@ class GpuStages:
         folder = self.scratch / "candidates" / candidate.digest / prepared.key
         env = child_environment(folder)
         load = self._load_request(family, library, prepared)
+        before = self.guard.snapshot()
         child = Child("candidate", folder, env, prefix=self.sandbox.prefix)
         try:
             verdicts = [self._check(child, load, family, prepared, folder, float(settings["call_timeout"]))]
-            if not verdicts[0].passed:
-                return verdicts
-            verdicts.append(self._once("profile", candidate, family, task, target, shape, own, library))
-            verdicts.append(self._once("sanitize", candidate, family, task, target, shape, own, library))
-            verdicts.append(self._time(child, family, task, target, shape, own, folder, settings))
-            return verdicts
+            if verdicts[0].passed:
+                verdicts.append(self._once("profile", candidate, family, task, target, shape, own, library))
+                verdicts.append(self._once("sanitize", candidate, family, task, target, shape, own, library))
+                verdicts.append(self._time(child, family, task, target, shape, own, folder, settings))
         finally:
             child.close()
+        return self.guard.judge(before, verdicts)
 
     def _load_request(self, family: Family, library: Path, prepared: Prepared) -> dict[str, Any]:
         cudart = find_library("libcudart.so.13")

@@ -73,7 +73,9 @@ class Pipeline:
         if key not in self._static:
             workdir = self.run.build_dir(f"{family.name}-{target.name}", candidate.digest)
             with locked(workdir / "static.lock"):  # xdist workers share the folder
-                self._static[key] = shared_static(workdir) or self._build_and_inspect(candidate, family, target, workdir)
+                self._static[key] = shared_static(workdir) or self._build_and_inspect(
+                    candidate, family, target, workdir
+                )
         return self._static[key]
 
     def _build_and_inspect(self, candidate: Candidate, family: Family, target: Target, workdir: Path) -> list[Verdict]:

@@ -154,9 +154,10 @@ OPTIONS = (
     Option("build_timeout", _positive_int, 300, "seconds nvcc may take per candidate"),
     Option(
         "sandbox",
-        _choice("off", "namespaces"),
-        "off",
-        "confine the evaluation child: namespaces = no network and a read-only checkout (unshare, root)",
+        _choice("auto", "namespaces", "off"),
+        "auto",
+        "confine the evaluation child (no network, read-only checkout, hidden references): auto = where the OS "
+        "allows (root, unshare), else none and the verdict says why; namespaces = required; off = never",
     ),
     Option("call_timeout", _positive_int, 120, "seconds one request to an evaluation child may take (a hang fails)"),
     Option("base_url", str, None, "base URL of the model API, e.g. a local vLLM's http://127.0.0.1:8000/v1"),

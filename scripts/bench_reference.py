@@ -92,7 +92,9 @@ def check(lib: ctypes.CDLL) -> list[str]:
                 lse = torch.full((b, h, s), float("nan"), device="cuda")
                 code = call(lib, q, k, v, o, lse, causal)
                 torch.cuda.synchronize()
-                expected = attention_fwd({"Q": q, "K": k, "V": v}, {"D": d, "S": s, "mask": "causal" if causal else "full"})
+                expected = attention_fwd(
+                    {"Q": q, "K": k, "V": v}, {"D": d, "S": s, "mask": "causal" if causal else "full"}
+                )
                 ro, rl = expected["O"], expected["LSE"]
                 eo, el = (o.float() - ro).abs().max().item(), (lse - rl).abs().max().item()
                 ok = code == 0 and eo < 0.02 and el < 1e-3

@@ -194,3 +194,31 @@ def test_cheats_right_on_some_input_sets_fail_check_on_the_others(
     assert not any(c["unwritten"] for c in comparisons), check.message
     assert "elements of C wrong; worst: C[" in check.message
     assert all(f"({name}, poison 0xFF)" in check.message for name in wrong_on), check.message
+
+
+def test_a_write_into_the_checkout_fails_check_without_a_sandbox(
+    pipeline: Pipeline, gemm: Family, tmp_path: Path
+) -> None:
+    """The allow-list bypassed (inspect's refusal of getenv and fopen set aside) and no sandbox: the guard
+    sees the file the candidate left in the task catalogue."""
+    from pytest_ptxbench.gpu import GpuStages
+    from pytest_ptxbench.stages.build import build
+    from pytest_ptxbench.stages.inspect import inspect
+
+    candidate = Candidate("gemm-n128-k2048", "h100", (PLANTED / "writes_into_checkout.cu").read_text(), "planted")
+    built = build(candidate, gemm.launcher, H100, tmp_path / "build", 300)
+    refused = inspect(Path(built.data["library"]), H100, (), gemm.launcher.name, timeout=120)
+    assert refused.status is Status.FAILED and {"getenv", "fopen"} <= set(refused.data["forbidden_imports"])
+    stages = GpuStages({**pipeline.settings, "sandbox": "off"}, tmp_path / "run")
+    planted = Path(__file__).resolve().parent.parent / "tasks" / "planted-by-a-candidate.txt"
+    try:
+        shape = Shape({"M": 256}, "m256", hidden=False)
+        allowed = Verdict("inspect", Status.PASSED, "", refused.data)
+        verdicts = stages.evaluate(candidate, gemm, _task(gemm, "gemm-n128-k2048"), H100, shape, [built, allowed])
+    finally:
+        stages.close()
+        written = planted.is_file()
+        planted.unlink(missing_ok=True)
+    assert written
+    assert [(v.stage, v.status) for v in verdicts] == [("check", Status.FAILED)]
+    assert verdicts[0].message == f"the checkout changed while the candidate ran: {planted}"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_ptxbench.checkout import CheckoutGuard
 from pytest_ptxbench.gpu import GpuStages
 from pytest_ptxbench.settings import defaults
 from pytest_ptxbench.toolchain import find_library
@@ -153,3 +154,27 @@ def test_a_forged_reply_is_never_taken_for_an_answer(build_and_inspect: BuildAnd
         assert not child.alive
     finally:
         child.close()
+
+
+def test_the_checkout_guard_sees_a_write_where_no_sandbox_stops_it(
+    build_and_inspect: BuildAndInspect, tmp_path: Path
+) -> None:
+    library = _library(build_and_inspect, "host_writes_checkout.cu", {"fopen"})
+    checkout = tmp_path / "checkout"
+    for folder in ("tasks", "pytest_ptxbench/__pycache__", "runs"):
+        (checkout / folder).mkdir(parents=True)
+    (checkout / "tasks" / "gemm.yaml").write_text("family: gemm\n")
+    guard = CheckoutGuard(checkout, (checkout / "tasks", checkout / "pytest_ptxbench"))
+    before = guard.snapshot()
+    assert sorted(before) == [str(checkout / "tasks" / "gemm.yaml")]
+    for target in ("conftest.py", "tasks/gemm.yaml", "pytest_ptxbench/__pycache__/x.pyc", "runs/r.txt"):
+        assert _call(library, str(checkout / target), 0, dict(os.environ)) == SUCCESS
+    # new and rewritten files; the byte-code cache and folders outside the watched trees are not evidence
+    assert guard.changed(before) == [str(checkout / "conftest.py"), str(checkout / "tasks" / "gemm.yaml")]
+    (judged,) = guard.judge(before, [])
+    assert (judged.stage, judged.status.value) == ("check", "failed")
+    assert (
+        judged.message
+        == f"the checkout changed while the candidate ran: {checkout / 'conftest.py'}, {checkout / 'tasks' / 'gemm.yaml'}"
+    )
+    assert guard.judge(guard.snapshot(), []) == []  # nothing changed: the verdicts as they were

@@ -34,7 +34,7 @@ def test_defaults(configured) -> None:  # type: ignore[no-untyped-def]
         "out": None,
         "require_gpu": False,
         "build_timeout": 300,
-        "sandbox": "off",
+        "sandbox": "auto",
         "call_timeout": 120,
         "base_url": None,
         "aliases": None,

@@ -118,7 +118,9 @@ print(json.dumps([[v.stage, v.status.value, v.seconds] for v in verdicts]))
 """
 
 
-def test_workers_of_one_run_build_a_source_once(toolchain: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_workers_of_one_run_build_a_source_once(
+    toolchain: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Workers of one xdist run that reach the same source at once: one builds and inspects under the build
     folder's lock, the others reuse its verdicts. (Unlocked, each rebuilt candidate.so while another was
     disassembling it: `cuobjdump fatal: Invalid fatbin header`.) A later run builds again."""
