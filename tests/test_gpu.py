@@ -176,6 +176,18 @@ def test_drifting_after_the_check_fails_time(pipeline: Pipeline, gemm: Family) -
     assert "outputs of timed runs are wrong" in verdicts["time"].message
 
 
+def test_outputs_remembered_by_content_fail_time_under_the_floor(pipeline: Pipeline, gemm: Family) -> None:
+    verdicts = _run(
+        pipeline, _no_opcodes(gemm), (PLANTED / "caches_by_content.cu").read_text(), "gemm-n7168-k5120", 972
+    )
+    assert verdicts["check"].passed, verdicts["check"].message  # the fourth call's C is remembered, and right
+    time = verdicts["time"]
+    assert time.status is Status.FAILED
+    assert "under the speed-of-light floor" in time.message
+    assert "outputs of timed runs are wrong" not in time.message  # right, only impossibly fast
+    assert time.data["median_ms"] < 0.9 * time.data["floor_ms"]
+
+
 @pytest.mark.parametrize(
     ("planted", "wrong_on"),
     [
