@@ -7,6 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+def digest(text: str) -> str:
+    """The short sha256 that names a kernel source (and any text recorded beside it)."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class Candidate:
     task: str  # "gemm-n7168-k5120"
@@ -16,7 +21,7 @@ class Candidate:
 
     @property
     def digest(self) -> str:
-        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
+        return digest(self.source)
 
     @classmethod
     def from_file(cls, task: str, target: str, path: Path) -> Candidate:

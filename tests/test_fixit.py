@@ -83,7 +83,7 @@ def test_report_of_a_recorded_run(recorded: Path) -> None:
     assert [r[3] for r in tables["By turn budget"].rows] == ["1"]  # two turns: only the budget of 1
 
 
-def test_self_repairs_pair_a_failed_turn_with_its_later_fix(recorded: Path, tmp_path: Path) -> None:
+def test_self_repairs_pair_a_failed_turn_with_its_later_fix(recorded: Path) -> None:
     rows = fixit.self_repairs([load_run(recorded)])
     assert by_source(rows) == [
         ("self-repair", "gemm-n128-k2048-h100-t1", 1, 2, "build", "static", digest(SYNTAX_ERROR), digest(REFERENCE))

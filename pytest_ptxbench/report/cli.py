@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..agent.models import MissingKey
 from ..rundir import write_atomic
-from ..settings import OPTIONS
+from ..settings import defaults
 from ..verdict import STAGES
 from . import fixit, html
 from .compare import compare
@@ -58,7 +58,7 @@ def run_fixit(args: argparse.Namespace) -> str:
         from ..agent.models.specs import check_sdk, connect, parse_spec
         from .fixit_teacher import teach
 
-        settings = {option.name: option.default for option in OPTIONS}
+        settings = defaults()
         settings.update(model=args.teacher, base_url=args.base_url)
         spec = parse_spec(args.teacher, settings)
         if spec is None:

@@ -8,7 +8,6 @@ inspect passed and no stage failed: what a machine without a GPU can establish).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..agent.trajectory import Trajectory, standing
+from ..candidate import digest
 from ..rundir import write_atomic
 from .runs import Run
 from .scores import turn_category
@@ -75,7 +75,7 @@ def example(
 ) -> dict[str, Any]:
     """One row: id, messages with their loss mask, metadata."""
     wrong = failed.turn["sha256"]
-    repaired_sha = _digest(repaired)
+    repaired_sha = digest(repaired)
     messages = [
         {"role": "system", "content": failed.record.system, "loss": False},
         {"role": "user", "content": failed.prompt(), "loss": False},
@@ -97,10 +97,10 @@ def example(
         "speedup": speedup,
         "wrong_sha256": wrong,
         "repaired_sha256": repaired_sha,
-        "feedback_sha256": _digest(failed.turn["feedback"] or ""),
-        "card_sha256": _digest(failed.record.card),
+        "feedback_sha256": digest(failed.turn["feedback"] or ""),
+        "card_sha256": digest(failed.record.card),
     }
-    return {"id": _digest(f"{source}\0{wrong}\0{repaired_sha}"), "messages": messages, "metadata": metadata}
+    return {"id": digest(f"{source}\0{wrong}\0{repaired_sha}"), "messages": messages, "metadata": metadata}
 
 
 def self_repairs(runs: Sequence[Run], level: str = "static") -> list[dict[str, Any]]:
@@ -183,7 +183,3 @@ def _schema(pa: Any) -> Any:
     metadata += [(f"{name}_sha256", text) for name in ("wrong", "repaired", "feedback", "card")]
     message = pa.struct([("role", text), ("content", text), ("loss", pa.bool_())])
     return pa.schema([("id", text), ("messages", pa.list_(message)), ("metadata", pa.struct(metadata))])
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]

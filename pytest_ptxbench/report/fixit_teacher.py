@@ -44,7 +44,8 @@ def teach(
     tasks_hash = task_set_hash(sorted(catalogue.glob("*.yaml")))
     out = Teaching()
     with tempfile.TemporaryDirectory(prefix="ptxbench-fixit-") as scratch:
-        pipeline = Pipeline(RunDirectory(Path(scratch)), detect_devices, settings)
+        devices = detect_devices()  # once: the pipeline asks for them at every evaluation
+        pipeline = Pipeline(RunDirectory(Path(scratch)), lambda: devices, settings)
         try:
             for failed in failures:
                 family = _family(failed, families, tasks_hash, catalogue)

@@ -1,4 +1,4 @@
-"""Reading a run directory (`ptxbench-run/1`) back without pytest: the environment, the results and the
+"""Reading a run directory (`ptxbench-run/2`) back without pytest: the environment, the results and the
 trajectories, each validated, with errors that name the file (and line) that is wrong.
 
 The format is described in `docs/run-directory.md`.

@@ -110,24 +110,18 @@ def _score_run(run: Run) -> list[TrajectoryScore]:
         (t.info["ptxbench"]["task"], t.info["ptxbench"]["target"], int(t.info["ptxbench"]["trajectory"])): t
         for t in run.trajectories
     }
-    several = int(run.environment["settings"].get("trajectories") or 1) > 1
     scores = []
     for key in sorted(rows.keys() | records.keys()):
         task, target, number = key
         own = rows.get(key, [])
         record = records.get(key)
-        shapes = {_shape_id(r, several): (bool(r["hidden"]), score(r["verdicts"])) for r in own}
+        shapes = {r["shape_id"]: (bool(r["hidden"]), score(r["verdicts"])) for r in own}
         hidden = [v for r in own if r["hidden"] for v in r["verdicts"]]
         final = score(v for r in own for v in r["verdicts"]) if own else _best_turn(record)
         model = own[0]["model"] if own else run.model
         base = TrajectoryScore(run.path, model, target, task, number, final, score(hidden) if hidden else None, shapes)
         scores.append(_with_record(base, record, own + budget_rows.get(key, [])) if record else base)
     return scores
-
-
-def _shape_id(row: Mapping[str, Any], several: bool) -> str:
-    shape = str(row["id"]).removeprefix(f"{row['task']}-{row['target']}-")
-    return shape.removesuffix(f"-t{row['trajectory']}") if several else shape
 
 
 def _best_turn(record: Trajectory | None) -> Score:

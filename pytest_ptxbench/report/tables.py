@@ -44,13 +44,22 @@ def share(scores: Sequence[Score], what: Callable[[Score], bool]) -> str:
     return f"{k}/{n} = {k / n:.0%} [{lo:.0%}, {hi:.0%}]"
 
 
+def _speedups(scores: Sequence[Score]) -> list[float]:
+    return [s.speedup for s in scores if s.speedup is not None]
+
+
+def best_speedup(scores: Sequence[Score]) -> str:
+    values = _speedups(scores)
+    return f"{max(values):.2f}x" if values else "–"
+
+
 def speedup_summary(scores: Sequence[Score]) -> tuple[str, str]:
     """(best speedup, geometric mean [bootstrap 95 % interval]) over the scores that have one."""
-    values = [s.speedup for s in scores if s.speedup is not None]
+    values = _speedups(scores)
     if not values:
         return ("–", "–")
     lo, hi = bootstrap_geomean(values)
-    return (f"{max(values):.2f}x", f"{geomean(values):.2f}x [{lo:.2f}, {hi:.2f}]")
+    return (best_speedup(scores), f"{geomean(values):.2f}x [{lo:.2f}, {hi:.2f}]")
 
 
 def cells(scores: Sequence[TrajectoryScore]) -> dict[Cell, list[TrajectoryScore]]:
@@ -93,10 +102,10 @@ def budget_table(scores: Sequence[TrajectoryScore]) -> Table:
                     str(k),
                     share(visible, _correct),
                     share(visible, _verified),
-                    speedup_summary(visible)[0],
+                    best_speedup(visible),
                     share(hidden, _correct),
                     share(hidden, _verified),
-                    speedup_summary(hidden)[0],
+                    best_speedup(hidden),
                 ]
             )
     header = [
