@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 from . import __version__
 
-FORMAT = "ptxbench-run/1"
+FORMAT = "ptxbench-run/2"
 
 
 def default_path(base: Path, model: str) -> Path:
@@ -36,8 +37,9 @@ def task_set_hash(files: list[Path]) -> str:
 class RunDirectory:
     path: Path
 
-    def start(self, environment: dict[str, Any]) -> None:
-        """Create the folder and write `environment.json` (once; xdist workers share the folder)."""
+    def start(self, environment: Callable[[], dict[str, Any]]) -> None:
+        """Create the folder and write `environment.json` (once; xdist workers share the folder, and only
+        the first gathers the environment)."""
         self.path.mkdir(parents=True, exist_ok=True)
         target = self.path / "environment.json"
         if not target.exists():
@@ -47,7 +49,7 @@ class RunDirectory:
                 "python": sys.version.split()[0],
                 "platform": platform.platform(),
                 "started": datetime.now(timezone.utc).isoformat(),
-                **environment,
+                **environment(),
             }
             write_atomic(target, json.dumps(record, indent=1, sort_keys=True))
 

@@ -20,7 +20,15 @@ from .rundir import RunDirectory, default_path, task_set_hash
 from .settings import STAGE_SETTINGS, resolve_all
 from .targets import select_targets
 from .task.cases import Case, make_cases
-from .task.catalogue import Family, TaskFileError, UnknownBaseline, choose_baseline, load_catalogue, replace_hidden
+from .task.catalogue import (
+    DEFAULT_BASELINE,
+    Family,
+    TaskFileError,
+    UnknownBaseline,
+    choose_baseline,
+    load_catalogue,
+    replace_hidden,
+)
 from .toolchain import TOOLS, Tool, find_tool
 from .verdict import Decision, Outcome, Verdict, decide
 
@@ -38,6 +46,7 @@ class Evaluation:
     def row(self, model: str) -> dict[str, Any]:
         return {
             "id": self.case.id,
+            "shape_id": self.case.shape.id,
             "family": self.case.family.name,
             "task": self.case.task.name,
             "target": self.case.target.name,
@@ -73,6 +82,7 @@ class Harness:
         self._catalogues: dict[Path, list[Family]] = {}
         self._agents: dict[Path, Agent] = {}
         self._kernels: dict[tuple[str, str, int], Candidate | NoKernel] = {}
+        self._budgets: dict[tuple[str, str, int], dict[int, Candidate]] = {}
         self.pipeline = Pipeline(self.run, lambda: self.devices, self.settings)
         self._started = False
 
@@ -126,7 +136,10 @@ class Harness:
         """Run the pipeline for one case and record the result in the run directory."""
         self._start()
         if settings["baseline"] != self.settings["baseline"]:  # a marker chose another baseline for this test
-            case = replace(case, family=choose_baseline([case.family], settings["baseline"])[0])
+            try:
+                case = replace(case, family=case.family.with_baseline(settings["baseline"] or DEFAULT_BASELINE))
+            except UnknownBaseline as exc:
+                pytest.fail(f"ptxbench marker: {exc}", pytrace=False)
         candidate = self._kernel(case)
         device = device_for(case.target, self.devices)
         if isinstance(candidate, NoKernel):
@@ -139,18 +152,22 @@ class Harness:
             )
             evaluation = Evaluation(case, candidate, verdicts, decide(verdicts, settings["require_gpu"]), device)
             if case.shape.hidden:
-                self._score_budgets(case, candidate, device)
+                self._score_budgets(case, candidate, device, stage_settings)
         self.run.append_result(evaluation.row(self.settings["model"]))
         return evaluation
 
-    def _score_budgets(self, case: Case, final: Candidate, device: Device | None) -> None:
+    def _score_budgets(
+        self, case: Case, final: Candidate, device: Device | None, stage_settings: dict[str, Any]
+    ) -> None:
         """DESIGN §5: the best kernel within each turn budget (1, 4, 8) is scored on the hidden shapes too.
         Rows carry `budget`; they are records for the report, not test outcomes."""
-        kernels = budget_kernels(self.run.path, case.task.name, case.target.name, case.trajectory)
-        for budget, kernel in sorted(kernels.items()):
+        key = (case.task.name, case.target.name, case.trajectory)
+        if key not in self._budgets:  # the trajectory is read once; every hidden shape scores the same kernels
+            self._budgets[key] = budget_kernels(self.run.path, *key)
+        for budget, kernel in sorted(self._budgets[key].items()):
             if kernel.digest == final.digest:
                 continue  # the final kernel's own row scores this budget
-            verdicts = self.pipeline.evaluate(kernel, case.family, case.task, case.target, [case.shape])
+            verdicts = self.pipeline.evaluate(kernel, case.family, case.task, case.target, [case.shape], stage_settings)
             scored = Evaluation(case, kernel, verdicts, decide(verdicts), device)
             self.run.append_result({**scored.row(self.settings["model"]), "budget": budget})
 
@@ -176,13 +193,11 @@ class Harness:
         self._started = True
         families = [f for families in self._catalogues.values() for f in families]
         self.run.start(
-            {
+            lambda: {
                 "settings": self.settings,
                 "task_set": task_set_hash([f.file for f in families]),
                 "tools": {n: {"path": str(t.path), "version": t.version} if t else None for n, t in self.tools.items()},
                 "devices": [vars(d) for d in self.devices],
                 "clocks": read_clocks(),
-                "worker": os.environ.get("PYTEST_XDIST_WORKER"),
-                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             }
         )

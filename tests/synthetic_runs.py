@@ -74,7 +74,7 @@ def write_run(
     task = family.tasks[0]
     run = RunDirectory(path)
     settings = {"model": model, "trajectories": len(trajectories), "turns": turns}
-    run.start({"settings": settings, "task_set": task_set, "tools": {}, "devices": [], "worker": None})
+    run.start(lambda: {"settings": settings, "task_set": task_set, "tools": {}, "devices": []})
     for number, script in enumerate(trajectories, start=1):
         handed = script[-1]
         if turns:

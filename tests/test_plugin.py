@@ -119,7 +119,7 @@ def test_reference_gemm_without_gpu_is_skipped_with_what_passed(project: pytest.
     assert all(r["outcome"] == "skipped" and r["reason"] == SKIP_REASON for r in rows)
     assert [v["stage"] for v in rows[0]["verdicts"]] == ["build", "inspect", "check", "profile", "sanitize", "time"]
     environment = json.loads((out / "environment.json").read_text())
-    assert environment["format"] == "ptxbench-run/1" and environment["settings"]["model"] == "reference"
+    assert environment["format"] == "ptxbench-run/2" and environment["settings"]["model"] == "reference"
     assert len(environment["task_set"]) == 16 and environment["tools"]["nvcc"]["version"]
 
 

@@ -50,10 +50,10 @@ def test_a_truncated_trajectory_names_the_file(run: Path) -> None:
     ("environment", "message"),
     [
         (None, "environment.json: missing: .* is not a ptxbench run directory"),
-        ('{"format": "ptxbench-run/1", "task_se', r"environment.json: not valid JSON \(truncated\?\)"),
+        ('{"format": "ptxbench-run/2", "task_se', r"environment.json: not valid JSON \(truncated\?\)"),
         ('{"name": "my-package"}', "environment.json: no 'format' field: not a ptxbench run directory"),
-        ('{"format": "other-tool/3"}', "format 'other-tool/3' is a foreign format; this reader knows 'ptxbench-run/1'"),
-        ('{"format": "ptxbench-run/2"}', "format 'ptxbench-run/2' is a newer or older format"),
+        ('{"format": "other-tool/3"}', "format 'other-tool/3' is a foreign format; this reader knows 'ptxbench-run/2'"),
+        ('{"format": "ptxbench-run/3"}', "format 'ptxbench-run/3' is a newer or older format"),
     ],
 )
 def test_foreign_or_unknown_directories_are_refused(tmp_path: Path, environment: str | None, message: str) -> None:
