@@ -62,6 +62,10 @@ class GpuStages:
     def __init__(self, settings: dict[str, Any], run_dir: Path) -> None:
         self.settings = settings
         self.run_dir = run_dir
+        self._trusted: Child | None = None
+        self._cached: dict[tuple[str, str, str], Verdict] = {}  # profile and sanitize, per (stage, kernel, task)
+        # kernels that changed the checkout: every later evaluation fails too, whatever it reuses from caches
+        self._tampered: dict[str, Verdict] = {}
         shm = Path("/dev/shm")
         self.scratch = Path(tempfile.mkdtemp(prefix="ptxbench-", dir=shm if shm.is_dir() else None))
         self.references = self.scratch / "references"  # written by the trusted child, hidden from candidates
@@ -73,14 +77,12 @@ class GpuStages:
             else Sandbox((), "none: --ptx-sandbox=off")
         )
         if mode == "namespaces" and not self.sandbox.prefix:
-            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.close()
             raise ValueError(f"--ptx-sandbox=namespaces cannot confine children here: {self.sandbox.description}")
         trees = {
             (root / name).resolve() for root in (PACKAGE_ROOT, Path.cwd()) for name in ("pytest_ptxbench", "tasks")
         }
         self.guard = CheckoutGuard(Path.cwd(), tuple(sorted(t for t in trees if t.is_dir())))
-        self._trusted: Child | None = None
-        self._cached: dict[tuple[str, str, str], Verdict] = {}  # profile and sanitize, per (stage, kernel, task)
 
     def close(self) -> None:
         if self._trusted is not None:
@@ -145,6 +147,8 @@ class GpuStages:
         overrides: Mapping[str, Any] | None = None,
     ) -> list[Verdict]:
         """Every GPU stage's verdict; check fails, whatever else ran, when the checkout changed meanwhile."""
+        if candidate.digest in self._tampered:
+            return [self._tampered[candidate.digest]]
         settings = {**self.settings, **(overrides or {})}  # a test's own runs, warm-ups, call timeout
         library = Path(static[0].data["library"])
         own = dict(static[1].data["kernels"])  # mangled → readable
@@ -165,7 +169,10 @@ class GpuStages:
                 verdicts.append(self._time(child, family, task, target, shape, own, folder, settings))
         finally:
             child.close()
-        return self.guard.judge(before, verdicts)
+        judged = self.guard.judge(before, verdicts)
+        if judged is not verdicts:
+            self._tampered[candidate.digest] = judged[0]
+        return judged
 
     def _load_request(self, family: Family, library: Path, prepared: Prepared) -> dict[str, Any]:
         cudart = find_library("libcudart.so.13")

@@ -17,6 +17,7 @@ from .device import Device, device_for, missing_device
 from .locks import locked
 from .pinning import exclusive
 from .rundir import RunDirectory, write_atomic
+from .settings import STAGE_SETTINGS
 from .stages.build import build
 from .stages.inspect import inspect
 from .targets import Target
@@ -111,16 +112,20 @@ class Pipeline:
 
             self._gpu = GpuStages(self.settings, self.run.path)
         static = self.static(candidate, family, target)
+        resolved = tuple({**self.settings, **overrides}[name] for name in STAGE_SETTINGS)
         verdicts = []
         for shape in shapes:
-            key = (candidate.digest, task.name, target.name, shape.id, family.baseline, *sorted(overrides.items()))
-            if key not in self._judged:  # a model's final kernel was judged on the visible shapes already
+            # a model's final kernel was judged on the visible shapes already, under the same stage settings
+            key = (candidate.digest, task.name, target.name, shape.id, family.baseline, *resolved)
+            judged = self._judged.get(key)
+            if judged is None:
                 with exclusive(device):
                     judged = self._gpu.evaluate(candidate, family, task, target, shape, static, overrides)
                 for verdict in judged:
                     verdict.data.setdefault("shape", shape.id)
-                self._judged[key] = judged
-            verdicts += self._judged[key]
+                if all(v.status is not Status.TOOL_UNAVAILABLE for v in judged):  # a tool's failure may pass
+                    self._judged[key] = judged
+            verdicts += judged
         return verdicts
 
     def close(self) -> None:

@@ -59,7 +59,10 @@ def make_sandbox(
     steps += [f"mount -t tmpfs -o ro,size=4k ptxbench-hidden {shlex.quote(str(h))}" for h in hidden]
     script = " && ".join([*steps, 'exec "$@"'])
     prefix = (unshare, "--net", "--pid", "--kill-child", "--mount-proc", "sh", "-c", script, "sandbox")
-    probe = subprocess.run([*prefix, "true"], capture_output=True, text=True, timeout=timeout)
+    try:
+        probe = subprocess.run([*prefix, "true"], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Sandbox((), f"none: unshare failed ({exc})")
     if probe.returncode != 0:
         return Sandbox((), f"none: unshare failed ({probe.stderr.strip()[-200:]})")
     ro = ", ".join(map(str, protected)) or "nothing"

@@ -104,6 +104,7 @@ def test_out_of_bounds_write_fails_check(pipeline: Pipeline, gemm: Family) -> No
     verdicts = _run(pipeline, _no_opcodes(gemm), (PLANTED / "out_of_bounds_write.cu").read_text())
     assert verdicts["check"].status is Status.FAILED
     assert verdicts["check"].message == "the call wrote past the end of C"
+    assert verdicts["check"].data["overruns"] == ["C"]
 
 
 def test_a_hang_fails_that_candidate_only(pipeline: Pipeline, gemm: Family) -> None:
@@ -132,17 +133,21 @@ def test_stage_logs_are_kept(pipeline: Pipeline) -> None:
 
 
 @pytest.mark.parametrize(
-    ("planted", "message"),
+    ("planted", "message", "unwritten", "changed"),
     [
-        ("writes_nothing.cu", "elements of C never written"),
-        ("caches_by_pointer.cu", "elements of C never written"),
-        ("mutates_input.cu", "the call changed its inputs: A"),
+        ("writes_nothing.cu", "elements of C never written", True, []),
+        ("caches_by_pointer.cu", "elements of C never written", True, []),
+        ("mutates_input.cu", "the call changed its inputs: A", False, ["A"]),
     ],
 )
-def test_output_and_input_cheats_fail_check(pipeline: Pipeline, gemm: Family, planted: str, message: str) -> None:
+def test_output_and_input_cheats_fail_check(
+    pipeline: Pipeline, gemm: Family, planted: str, message: str, unwritten: bool, changed: list[str]
+) -> None:
     verdicts = _run(pipeline, _no_opcodes(gemm), (PLANTED / planted).read_text())
     assert verdicts["check"].status is Status.FAILED
     assert message in verdicts["check"].message
+    assert any(c["unwritten"] for c in verdicts["check"].data["comparisons"]) is unwritten
+    assert verdicts["check"].data["changed_inputs"] == changed
 
 
 def test_all_zero_outputs_fail_check(pipeline: Pipeline, gemm: Family) -> None:
@@ -223,14 +228,20 @@ def test_a_write_into_the_checkout_fails_check_without_a_sandbox(
     assert refused.status is Status.FAILED and {"getenv", "fopen"} <= set(refused.data["forbidden_imports"])
     stages = GpuStages({**pipeline.settings, "sandbox": "off"}, tmp_path / "run")
     planted = Path(__file__).resolve().parent.parent / "tasks" / "planted-by-a-candidate.txt"
+    shape = Shape({"M": 256}, "m256", hidden=False)
+    allowed = Verdict("inspect", Status.PASSED, "", refused.data)
     try:
-        shape = Shape({"M": 256}, "m256", hidden=False)
-        allowed = Verdict("inspect", Status.PASSED, "", refused.data)
         verdicts = stages.evaluate(candidate, gemm, _task(gemm, "gemm-n128-k2048"), H100, shape, [built, allowed])
+        written = planted.is_file()
+        planted.unlink(missing_ok=True)
+        # judged again (cached profile and sanitize verdicts would not run it): the kernel stays rejected
+        again = stages.evaluate(candidate, gemm, _task(gemm, "gemm-n128-k2048"), H100, shape, [built, allowed])
+        ran_again = planted.is_file()
     finally:
         stages.close()
-        written = planted.is_file()
         planted.unlink(missing_ok=True)
     assert written
     assert [(v.stage, v.status) for v in verdicts] == [("check", Status.FAILED)]
+    assert verdicts[0].data["checkout_changed"] == [str(planted)]
     assert verdicts[0].message == f"the checkout changed while the candidate ran: {planted}"
+    assert again == verdicts and not ran_again  # rejected from memory, not by running it again

@@ -44,6 +44,7 @@ def test_profile_judgement() -> None:
     assert passed.data["tensor_flops"] == CORE.flops and passed.message.endswith("tensor cores did 100% of the FLOPs")
     foreign = profile._judge(launches, {}, ("HGMMA.*.F32.BF16",), CORE, "2025.3.1", 1.0)
     assert foreign.status is Status.FAILED and "kernels outside the candidate's module ran" in foreign.message
+    assert foreign.data["foreign"] == [launches[0].kernel]
     simt = ncu.parse_raw_csv((DATA / "simt_gemm.ncu.csv").read_text())
     never = profile._judge(simt, {simt[0].kernel: "simt_gemm"}, ("HGMMA.*.F32.BF16", "UTMALDG"), CORE, "2025.3.1", 1.0)
     assert never.message == "HGMMA.*.F32.BF16, UTMALDG never executed in the candidate's kernels"
@@ -183,6 +184,7 @@ def test_timing_verdict_and_the_speed_of_light_floor() -> None:
         timing.Series([0.3] * 10, [0.4] * 10), baseline, "cuBLAS", "h100", flops, nbytes, [], {}, 1.0
     )
     assert impossible.status is Status.FAILED and "under the speed-of-light floor 0.6080 ms" in impossible.message
+    assert impossible.data["floor_ms"] == pytest.approx(flops / 989e12 * 1e3) and impossible.data["median_ms"] == 0.3
 
 
 def test_children_never_see_secrets(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -42,12 +42,13 @@ def save(path: Path, array: np.ndarray) -> None:
 
 
 def load(path: Path, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
-    """A raw array file as written by `save`; the size must match the shape exactly."""
+    """A raw array file as written by `save`, mapped read-only (outputs and references of a shape reach
+    hundreds of MB: the comparison then reads them a chunk at a time); the size must match the shape exactly."""
     expected = int(np.prod(shape)) * ITEMSIZE[dtype]
     actual = path.stat().st_size
     if actual != expected:
         raise ValueError(f"{path}: {actual} bytes, expected {expected} for {dtype}{list(shape)}")
-    array: np.ndarray = np.fromfile(str(path), dtype=NUMPY[dtype]).reshape(shape)
+    array: np.ndarray = np.memmap(path, dtype=NUMPY[dtype], mode="r", shape=shape)
     return array
 
 

@@ -95,16 +95,11 @@ def _judge(
     seconds: float,
 ) -> Verdict:
     foreign = sorted({launch.kernel for launch in launches} - set(own_kernels))
-    executed = {
-        pattern: sum(
-            n
-            for launch in launches
-            if launch.kernel in own_kernels
-            for mnemonic, n in launch.executed.items()
-            if sass.matches(pattern, mnemonic)
-        )
-        for pattern in required
-    }
+    own_executed: Counter[str] = Counter()
+    for launch in launches:
+        if launch.kernel in own_kernels:
+            own_executed.update(launch.executed)
+    executed = {p: sum(n for m, n in own_executed.items() if sass.matches(p, m)) for p in required}
     per_kernel: dict[str, dict[str, Any]] = {}
     for launch in launches:
         entry = per_kernel.setdefault(own_kernels.get(launch.kernel, launch.kernel), {"launches": 0, "time_ms": 0.0})
@@ -122,10 +117,6 @@ def _judge(
         "time_ms": sum(launch.time_ms for launch in launches),
         "mangled": sorted({launch.kernel for launch in launches}),
     }
-    own_executed: Counter[str] = Counter()
-    for launch in launches:
-        if launch.kernel in own_kernels:
-            own_executed.update(launch.executed)
     tensor = sass.tensor_flops(dict(own_executed))
     data["tensor_flops"], data["task_flops"] = tensor, work.flops
     problems = []
