@@ -31,8 +31,6 @@ from pytest_ptxbench.gpu import TRUSTED_TIMEOUT, GpuStages, resolved_params
 from pytest_ptxbench.settings import defaults
 from pytest_ptxbench.stages import check
 from pytest_ptxbench.task.catalogue import load_family
-from pytest_ptxbench.toolchain import find_library
-from pytest_ptxbench.workers import Child, child_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCKS, PER_BLOCK, WARMUP = 5, 10, 10
@@ -43,26 +41,12 @@ def aa_and_graph() -> list[str]:
     gemm = load_family(ROOT / "tasks" / "gemm.yaml")
     task = next(t for t in gemm.tasks if t.name == "gemm-n7168-k5120")
     stages = GpuStages(settings, Path(tempfile.mkdtemp()))
+    second = GpuStages(settings, Path(tempfile.mkdtemp()))  # its own trusted child: the same seed, the same sets
     independent = _Independent()
     try:
         prepared = stages.prepare(gemm, task, {"M": 8192}, "m8192")
-        folder = stages.scratch / "trusted-b"
-        cudart = {"PTXBENCH_CUDART": str(find_library("libcudart.so.13") or "")}
-        other = Child("trusted", folder, child_environment(folder, cudart))
-        request = {
-            "op": "prepare",
-            "key": prepared.key,
-            "family": gemm.name,
-            "reference": gemm.reference,
-            "baseline": gemm.baseline,
-            "params": prepared.params,
-            "values": prepared.values,
-            "seed": settings["seed"],
-            "folder": str(stages.scratch / "sets-b"),
-            "references": str(stages.references / "b"),
-            "distributions": [{"name": d.name, **d.params} for d in gemm.distributions],
-        }
-        assert other.request(request, TRUSTED_TIMEOUT)["ok"]
+        second.prepare(gemm, task, {"M": 8192}, "m8192")
+        other = second.trusted()
         runs: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
         for child in (stages.trusted(), other):
             child.request({"op": "time", "key": prepared.key, "runs": WARMUP, "first": 0}, TRUSTED_TIMEOUT)
@@ -74,9 +58,9 @@ def aa_and_graph() -> list[str]:
                 runs[name] += child.request(request, TRUSTED_TIMEOUT)["runs"]
             independent.events(PER_BLOCK)
             independent.graph()
-        other.close()
     finally:
         stages.close()
+        second.close()
     a, b = (statistics.median(r["span_ms"] for r in runs[n]) for n in ("A", "B"))
     # the independent side draws from a normal distribution: compare with the harness's runs on the normal set
     normal = [r for r in runs["A"] if r["index"] % len(gemm.distributions) == 0]

@@ -1,10 +1,9 @@
 #!/usr/bin/env python3
 """Development check of the Hopper attention-backward reference kernel, on the GPU machine from a checkout.
 
-Builds tasks/reference/h100/attention_bwd.cu as the harness does (sm_90a shared object, linked to the
-driver), prints its compile figures, then runs the cases in child processes: a kernel fault or a hang ends
+Builds tasks/reference/h100/attention_bwd.cu with the harness's build stage, prints its compile figures, then runs the cases in child processes: a kernel fault or a hang ends
 the case it happened in, and the next child carries on with the rest. Correctness: dQ, dK, dV against the
-project's fp32 reference (atol = rtol = 0.03, the task's tolerances) for D 64/96/128, causal and not, at
+project's fp32 reference under the task's element rule, tolerances and matched ratio, for D 64/96/128, causal and not, at
 S 200, 1000, 3001 and 4096, each checked on two consecutive calls with a workspace filled with garbage
 and poisoned outputs. Timing: B4 H48 S4096 d128, causal and not, timed as bench_reference.py times (CUDA
 events, L2 flushed, 10 warm-ups, median of 30), against cuDNN's backward. A table comes last.
@@ -19,8 +18,6 @@ import ctypes
 import json
 import os
 import queue
-import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -30,8 +27,12 @@ from pathlib import Path
 from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from pytest_ptxbench.task.catalogue import load_family  # noqa: E402  (the checkout, without PYTHONPATH)
+from pytest_ptxbench.verdict import Verdict  # noqa: E402
+
+FAMILY = load_family(ROOT / "tasks" / "attention_bwd.yaml")
 SOURCE = ROOT / "tasks" / "reference" / "h100" / "attention_bwd.cu"
-ATOL = RTOL = 0.03
 CASE_TIMEOUT_S = 120.0  # per case, after the child has started
 START_TIMEOUT_S = 120.0  # torch import and CUDA start-up
 # (B, H, S) per sequence length of the correctness cases
@@ -39,37 +40,14 @@ CHECK_SHAPES = [(1, 2, 200), (2, 3, 1000), (1, 2, 3001), (1, 8, 4096)]
 TIME_SHAPE = (4, 48, 4096)
 
 
-def build(source: Path, out: Path) -> str:
-    """nvcc with the harness's flags, linked to the driver; returns the compiler log (ptxas -v)."""
-    sys.path.insert(0, str(ROOT))
-    from pytest_ptxbench.stages.build import flags
-    from pytest_ptxbench.targets import TARGETS
-
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    argv = [nvcc, *flags(TARGETS["h100"]), "-o", str(out), str(source), "-lcuda"]
-    done = subprocess.run(argv, capture_output=True, text=True)
-    log = done.stdout + done.stderr
-    if done.returncode != 0:
-        sys.exit(f"build failed ({' '.join(argv)}):\n{log}")
-    return log
-
-
-def compile_figures(log: str) -> list[str]:
-    """One line per kernel: registers, spills, stack, barriers (from ptxas -v)."""
-    lines, name, stack, spill_st, spill_ld = [], "", "?", "?", "?"
-    for line in log.splitlines():
-        if m := re.search(r"Compiling entry function '(\S+)'", line):
-            kernel = re.search(r"(attn_bwd_\w+?)ILi(\d+)", m.group(1))
-            name = f"{kernel.group(1)}<{kernel.group(2)}>" if kernel else m.group(1)
-        elif m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line):
-            stack, spill_st, spill_ld = m.groups()
-        elif m := re.search(r"Used (\d+) registers(.*)", line):
-            lines.append(
-                f"{name:22s} regs {m.group(1):>3s}  spill st/ld {spill_st}/{spill_ld} B  stack {stack} B {m.group(2)}"
-            )
-        elif "warning" in line.lower():
-            lines.append(f"WARNING {line.strip()}")
-    return lines
+def figures(built: Verdict) -> list[str]:
+    """One line per kernel from the build stage's ptxas figures: registers, spills, stack; then warnings."""
+    lines = [
+        f"{kernel[:48]:48s} regs {r.get('registers', '?'):>3}  spill st/ld {r.get('spill_store_bytes', '?')}/"
+        f"{r.get('spill_load_bytes', '?')} B  stack {r.get('stack_bytes', '?')} B"
+        for kernel, r in built.data["resources"].items()
+    ]
+    return lines + [f"WARNING {w}" for w in built.data["warnings"]]
 
 
 # ---------------------------------------------------------------- child side
@@ -77,7 +55,7 @@ def compile_figures(log: str) -> list[str]:
 
 def run_case(lib: ctypes.CDLL, case: dict[str, Any]) -> dict[str, Any]:
     import torch
-    from bench_reference import median_ms  # the same method as the forward's figures: L2 flushed before each run
+    from bench_reference import compare, median_ms  # the forward's method: L2 flushed before each run
 
     from pytest_ptxbench import baselines, references
 
@@ -90,7 +68,7 @@ def run_case(lib: ctypes.CDLL, case: dict[str, Any]) -> dict[str, Any]:
     inputs = {"Q": q, "K": k, "V": v, "O": o, "dO": do, "LSE": lse}
     ref = references.attention_bwd(inputs, values)
     outs = {n: torch.empty(B, H, S, D, device="cuda", dtype=torch.bfloat16) for n in ("dQ", "dK", "dV")}
-    ws_bytes = 4 * B * H * S * D + 4 * B * H * S
+    ws_bytes = int(FAMILY.workspace_bytes(values))
     workspace = torch.empty(ws_bytes, device="cuda", dtype=torch.uint8)
     stream = torch.cuda.current_stream().cuda_stream
     ptr = ctypes.c_void_p
@@ -120,11 +98,10 @@ def run_case(lib: ctypes.CDLL, case: dict[str, Any]) -> dict[str, Any]:
         call()
         torch.cuda.synchronize()
         for n, t in outs.items():
-            diff = (t.float() - ref[n]).abs()
-            bad = int((~(diff <= ATOL + RTOL * ref[n].abs())).sum())  # NaN counts as bad
-            result["errors"][n] = max(result["errors"].get(n, 0.0), float(diff.nan_to_num(float("inf")).max()))
-            result["bad"][n] = max(result["bad"].get(n, 0), bad)
-    result["passed"] = all(b == 0 for b in result["bad"].values())
+            found = compare(n, t, ref[n], FAMILY)  # the task's rule: beyond atol AND rtol; NaN always wrong
+            result["errors"][n] = max(result["errors"].get(n, 0.0), found.max_abs_error)
+            result["bad"][n] = max(result["bad"].get(n, 0), found.wrong)
+            result["passed"] = result.get("passed", True) and found.passes(FAMILY.matched_ratio)
     if case.get("time"):
         state: dict[str, Any] = {}
         result["ms"] = median_ms(call)
@@ -133,7 +110,6 @@ def run_case(lib: ctypes.CDLL, case: dict[str, Any]) -> dict[str, Any]:
 
 
 def child(library: str, cases: list[dict[str, Any]]) -> None:
-    sys.path.insert(0, str(ROOT))
     import torch
 
     torch.cuda.init()
@@ -213,8 +189,8 @@ def cases(skip_time: bool) -> list[dict[str, Any]]:
     return out
 
 
-def table(results: dict[str, dict[str, Any]], figures: list[str]) -> str:
-    rows = ["compile (ptxas -v):", *(f"  {f}" for f in figures), ""]
+def table(results: dict[str, dict[str, Any]], compiled: list[str]) -> str:
+    rows = ["compile (ptxas -v):", *(f"  {f}" for f in compiled), ""]
     rows.append(
         f"{'case':34s} {'result':6s} {'max|err| dQ':>11s} {'dK':>9s} {'dV':>9s} {'ms':>8s} {'TFLOP/s':>8s} {'cuDNN ms':>9s} {'vs cuDNN':>8s}"
     )
@@ -226,7 +202,7 @@ def table(results: dict[str, dict[str, Any]], figures: list[str]) -> str:
         line = f"{name:34s} {'pass' if r['passed'] else 'FAIL':6s} {e['dQ']:11.4f} {e['dK']:9.4f} {e['dV']:9.4f}"
         if "ms" in r:
             B, H, S = TIME_SHAPE
-            flops = 10 * B * H * S * S * 128 * (0.5 if "causal" in name else 1.0)
+            flops = FAMILY.flops({"B": B, "H": H, "S": S, "D": 128, "mask": "causal" if "causal" in name else "full"})
             line += f" {r['ms']:8.3f} {flops / r['ms'] / 1e9:8.1f} {r['cudnn_ms']:9.3f} {r['cudnn_ms'] / r['ms']:7.2f}x"
         rows.append(line)
     return "\n".join(rows)
@@ -242,13 +218,14 @@ def main() -> None:
     args = parser.parse_args()
     if not args.source.is_file():
         sys.exit(f"--source: no such file {args.source}")
-    with tempfile.TemporaryDirectory() as tmp:
-        library = Path(tmp, "attention_bwd.so")
-        figures = compile_figures(build(args.source, library))
-        print("\n".join(figures), flush=True)
-        results = run_all(str(library), cases(args.skip_time))
+    from bench_reference import build
+
+    _, built = build(args.source, FAMILY)
+    compiled = figures(built)
+    print("\n".join(compiled), flush=True)
+    results = run_all(built.data["library"], cases(args.skip_time))
     print()
-    print(table(results, figures))
+    print(table(results, compiled))
     if not all(r.get("passed") for r in results.values()):
         sys.exit(1)
 
