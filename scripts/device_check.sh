@@ -32,7 +32,7 @@ if [ "${1:-}" = attention ]; then
   exit 0
 fi
 nvidia-smi --query-gpu=index,name,compute_cap,driver_version,uuid,pci.bus_id --format=csv,noheader > "$out/nvidia-smi-query.csv"
-nvidia-smi --query-gpu=index,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.limit --format=csv > "$out/nvidia-smi-clocks.csv"  # a recorded sample for tests/data
+nvidia-smi --query-gpu=index,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.limit --format=csv > "$out/nvidia-smi-clocks.csv"  # recorded as tests/data/nvidia-smi-clocks.csv
 python3 -c "import torch; print(torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default._schema)" > "$out/probes.txt" 2>&1
 start=$(date +%s)
 python3 -m pytest tests/test_gpu.py -v -rA -p no:cacheprovider --basetemp=/tmp/gpu-tests > "$out/gpu-tests.log" 2>&1; gpu_rc=$?

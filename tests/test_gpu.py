@@ -17,7 +17,7 @@ from pytest_ptxbench.rundir import RunDirectory
 from pytest_ptxbench.settings import defaults
 from pytest_ptxbench.targets import TARGETS
 from pytest_ptxbench.task.catalogue import Family, Shape, Task, load_family
-from pytest_ptxbench.verdict import Status, Verdict
+from pytest_ptxbench.verdict import Outcome, Status, Verdict, decide
 
 from .conftest import KERNELS, TASKS
 
@@ -82,6 +82,29 @@ def test_tensor_core_code_that_never_runs_fails_profile(pipeline: Pipeline, gemm
     assert verdicts["inspect"].passed and verdicts["check"].passed
     assert verdicts["profile"].status is Status.FAILED
     assert "HGMMA.*.F32.BF16, UTMALDG never executed in the candidate's kernels" in verdicts["profile"].message
+
+
+def test_a_token_share_of_tensor_core_work_fails_profile(pipeline: Pipeline, gemm: Family) -> None:
+    verdicts = _run(pipeline, gemm, (PLANTED / "token_wgmma.cu").read_text())
+    assert verdicts["inspect"].passed and verdicts["check"].passed, verdicts["check"].message
+    profile = verdicts["profile"]
+    assert profile.status is Status.FAILED
+    assert all(n > 0 for n in profile.data["executed"].values()), profile.data["executed"]  # HGMMA and UTMALDG ran
+    assert 0 < profile.data["tensor_flops"] < 1e-3 * profile.data["task_flops"]
+    assert "of the task's FLOPs" in profile.message and "at least 50% is required" in profile.message
+    assert "never executed" not in profile.message
+
+
+def test_an_empty_profiler_capture_fails_profile(pipeline: Pipeline, gemm: Family) -> None:
+    """No kernel at all, and no opcode required: only the empty capture itself can fail profile."""
+    verdicts = _run(pipeline, _no_opcodes(gemm), (PLANTED / "computes_on_the_host.cu").read_text())
+    assert verdicts["check"].passed, verdicts["check"].message
+    profile = verdicts["profile"]
+    assert profile.status is Status.FAILED, profile.message
+    assert profile.message.startswith("empty ncu capture: no kernel was profiled")
+    assert verdicts["time"].status is Status.FAILED
+    assert "no kernel ran in timed runs" in verdicts["time"].message
+    assert decide(list(verdicts.values())).outcome is Outcome.FAILED
 
 
 def test_work_on_another_stream_fails_time(pipeline: Pipeline, gemm: Family) -> None:

@@ -97,6 +97,21 @@ def test_devices_from_nvidia_smi() -> None:
     )
 
 
+def test_clocks_from_nvidia_smi() -> None:
+    """Recorded on the H200 at rest: nvidia-smi prints `clocks.current.sm` for the `clocks.sm` asked for."""
+    clocks = device.parse_clocks((DATA / "nvidia-smi-clocks.csv").read_text())
+    assert clocks == {
+        "0": {
+            "clocks.current.sm [MHz]": "345 MHz",
+            "clocks.current.memory [MHz]": "3201 MHz",
+            "clocks.max.sm [MHz]": "1980 MHz",
+            "clocks.max.memory [MHz]": "3201 MHz",
+            "power.limit [W]": "700.00 W",
+        }
+    }
+    assert device.parse_clocks("") == {}
+
+
 def test_cuda_visible_devices() -> None:
     two = device.parse_devices(
         "0, NVIDIA H200, 9.0, 580.159.04, GPU-aaaa1111, 00000000:00:06.0\n"

@@ -16,6 +16,14 @@ _INSTANCE = re.compile(r"^\s*([^:;()]+?)\s*:\s*([\d,.]+|n/a|nan)\s*$", re.IGNORE
 _TIME_UNITS = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
 
 
+NO_PERMISSION = "ERR_NVGPUCTRPERM"  # ncu's code for "this user may not read the performance counters"
+
+
+def errors(log: str) -> list[str]:
+    """ncu's own `==ERROR==` lines in its log file (the profiled program's output never goes there)."""
+    return [line.removeprefix("==ERROR==").strip() for line in log.splitlines() if line.startswith("==ERROR==")]
+
+
 class NcuParseError(ValueError):
     """The capture is missing, partial or not numbers."""
 

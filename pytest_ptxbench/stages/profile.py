@@ -63,19 +63,25 @@ def profile(
     if child_result is None or not child_result.get("ok"):
         error = child_result["error"] if child_result else f"the child died (exit {done.returncode})"
         return Verdict("profile", Status.FAILED, f"the candidate failed under ncu: {error}", seconds=done.seconds)
+    text = log.read_text() if log.exists() else ""
     try:
-        launches = ncu.parse_raw_csv(log.read_text() if log.exists() else "")
+        launches = ncu.parse_raw_csv(text)
     except ncu.NcuParseError as exc:
         return Verdict("profile", Status.FAILED, f"partial ncu capture: {exc}", seconds=done.seconds)
     if not launches:
-        status = Status.TOOL_UNAVAILABLE if done.returncode != 0 else Status.FAILED
-        why = (
-            f"ncu exited {done.returncode}: {(done.stderr or done.stdout).strip()[-400:]}"
-            if done.returncode
-            else "no kernel was profiled"
-        )
-        return Verdict("profile", status, f"empty ncu capture: {why}", {"ncu": tool.version}, done.seconds)
+        return _empty(text, done.returncode, tool.version, done.seconds)
     return _judge(launches, own_kernels, required, work, tool.version, done.seconds)
+
+
+def _empty(log: str, returncode: int | None, version: str, seconds: float) -> Verdict:
+    """No launch captured although the candidate's call succeeded: a failure, whatever ncu's exit status (a
+    candidate can set that), except where ncu says it may not read the counters at all."""
+    errors = ncu.errors(log)
+    data = {"ncu": version, "ncu_errors": errors, "ncu_exit": returncode}
+    if any(ncu.NO_PERMISSION in e for e in errors):
+        return Verdict("profile", Status.TOOL_UNAVAILABLE, f"ncu cannot run here: {errors[0]}", data, seconds)
+    said = (f"; ncu exited {returncode}" if returncode else "") + "".join(f"; {e}" for e in errors[:3])
+    return Verdict("profile", Status.FAILED, f"empty ncu capture: no kernel was profiled{said}", data, seconds)
 
 
 @dataclass(frozen=True)
