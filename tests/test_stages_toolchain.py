@@ -60,6 +60,17 @@ def test_fp16_wgmma_fails_a_bf16_modifier_match(build_and_inspect: BuildAndInspe
     assert "missing HGMMA.*.F32.BF16 (found HGMMA.64x8x16.F32" in inspected.message
 
 
+def test_kernels_named_like_the_required_opcodes_fail_inspect(build_and_inspect: BuildAndInspect) -> None:
+    built, inspected = build_and_inspect(KERNELS / "planted" / "named_like_its_opcodes.cu")
+    assert built.passed, built.message
+    assert inspected is not None and inspected.status is Status.FAILED
+    assert inspected.message == "missing HGMMA.*.F32.BF16; missing UTMALDG"
+    assert sorted(inspected.data["kernels"].values()) == [
+        "HGMMA_64x256x16_F32_BF16_UTMALDG",
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1_cublas",
+    ]
+
+
 def test_missing_required_opcode_is_named(build_and_inspect: BuildAndInspect) -> None:
     _, inspected = build_and_inspect(KERNELS / "wgmma_bf16.cu", "h100", required=("HGMMA.*.F32.BF16", "UTMALDG"))
     assert inspected is not None and inspected.status is Status.FAILED
