@@ -57,7 +57,9 @@ def make_sandbox(
     steps += [f"mount --bind {shlex.quote(str(w))} {shlex.quote(str(w))}" for w in inside]
     steps += [f"mount -o remount,bind,ro {shlex.quote(str(p))} {shlex.quote(str(p))}" for p in protected]
     steps += [f"mount -t tmpfs -o ro,size=4k ptxbench-hidden {shlex.quote(str(h))}" for h in hidden]
-    script = " && ".join([*steps, 'exec "$@"'])
+    # Not `exec`: the namespace's first process ignores the signals it sends itself, so the child would
+    # turn a candidate's abort() into SIGSEGV; the shell stays first and reports a signal as 128 + n.
+    script = " && ".join([*steps, '"$@"']) + "; exit $?"
     prefix = (unshare, "--net", "--pid", "--kill-child", "--mount-proc", "sh", "-c", script, "sandbox")
     try:
         probe = subprocess.run([*prefix, "true"], capture_output=True, text=True, timeout=timeout)
@@ -68,6 +70,9 @@ def make_sandbox(
     ro = ", ".join(map(str, protected)) or "nothing"
     gone = ", ".join(map(str, hidden)) or "nothing"
     return Sandbox(prefix, f"network and process namespaces; read-only: {ro}; hidden: {gone}")
+
+
+_SIGNALS = {s.value: s.name for s in signal.Signals}
 
 
 class ChildFailed(RuntimeError):
@@ -100,6 +105,7 @@ class Child:
     def __init__(self, module: str, scratch: Path, env: Mapping[str, str], prefix: Sequence[str] = ()) -> None:
         scratch.mkdir(parents=True, exist_ok=True)
         self.log = scratch / f"{module}.log"
+        self._through_shell = bool(prefix)  # the sandbox's shell: a signal's death reads as exit 128 + n
         self._log_file = self.log.open("ab")
         self.process = subprocess.Popen(
             [*prefix, *child_command(module)],
@@ -152,7 +158,10 @@ class Child:
 
     def _death(self, when: str) -> str:
         code = self.process.returncode
-        how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+        number = -code if code is not None and code < 0 else None
+        if self._through_shell and code is not None and code > 128:
+            number = code - 128
+        how = f"signal {_SIGNALS.get(number, number)}" if number is not None else f"exit code {code}"
         return f"the {self.log.stem} child died {when} ({how}); log: {self.tail()}"
 
     def tail(self, chars: int = 1500) -> str:

@@ -178,3 +178,26 @@ def test_the_checkout_guard_sees_a_write_where_no_sandbox_stops_it(
         == f"the checkout changed while the candidate ran: {checkout / 'conftest.py'}, {checkout / 'tasks' / 'gemm.yaml'}"
     )
     assert guard.judge(guard.snapshot(), []) == []  # nothing changed: the verdicts as they were
+
+
+@pytest.mark.parametrize("confined", [False, True], ids=["unconfined", "sandboxed"])
+def test_a_candidates_abort_reads_as_sigabrt(
+    build_and_inspect: BuildAndInspect, tmp_path: Path, confined: bool
+) -> None:
+    built, inspected = build_and_inspect(KERNELS / "aborts_when_loaded.cu", required=())
+    assert inspected is not None and inspected.passed, inspected.message  # abort() ends only its own child
+    prefix: tuple[str, ...] = ()
+    if confined:
+        made = make_sandbox([], [])
+        if not made.prefix:
+            pytest.skip(f"no sandbox on this machine: {made.description}")
+        prefix = made.prefix
+    cudart = find_library("libcudart.so.13")
+    assert cudart is not None, "libcudart.so.13 is needed to load the library (the toolchain extra brings it)"
+    load = {"op": "load", "cudart": str(cudart), "library": built.data["library"], "launcher": "ptxbench_gemm"}
+    child = Child("candidate", tmp_path / "child", child_environment(tmp_path / "child"), prefix)
+    try:
+        with pytest.raises(ChildFailed, match=r"the candidate child died .*\(signal SIGABRT\)"):
+            child.request({**load, "params": [], "workspace_bytes": 0}, timeout=60)
+    finally:
+        child.close()
