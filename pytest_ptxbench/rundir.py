@@ -7,7 +7,8 @@ import json
 import os
 import platform
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -66,8 +67,17 @@ class RunDirectory:
             os.close(fd)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """A temporary name, then a rename: a reader never sees half a file."""
+@contextmanager
+def atomically(path: Path) -> Iterator[Path]:
+    """A temporary name to write, renamed to `path` when the block ends: a reader never sees half a file."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(text)
-    temporary.replace(path)
+    try:
+        yield temporary
+        temporary.replace(path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    with atomically(path) as temporary:
+        temporary.write_text(text)

@@ -9,7 +9,6 @@ inspect passed and no stage failed: what a machine without a GPU can establish).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 
 from ..agent.trajectory import Trajectory, standing
 from ..candidate import digest
-from ..rundir import write_atomic
+from ..rundir import atomically, write_atomic
 from .runs import Run
 from .scores import turn_category
 
@@ -155,12 +154,8 @@ def write(rows: Sequence[dict[str, Any]], path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    with atomically(path) as temporary:
         pq.write_table(pa.Table.from_pylist(list(rows), schema=_schema(pa)), temporary)
-        temporary.replace(path)
-    finally:
-        temporary.unlink(missing_ok=True)
 
 
 def _schema(pa: Any) -> Any:
