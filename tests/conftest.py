@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TASKS = ROOT / "tasks"
 KERNELS = Path(__file__).resolve().parent / "kernels"
 DATA = Path(__file__).resolve().parent / "data"
+REFERENCE_GEMM = (TASKS / "reference" / "h100" / "gemm.cu").read_text()  # the Hopper reference, as a model reply
 # Plain sm_90 (no `a` features): wgmma does not exist there.
 PLAIN_SM90 = Target("sm90", "sm_90", (9, 0), "plain sm_90")
 

@@ -22,12 +22,11 @@ from pytest_ptxbench.report.runs import load_run
 from pytest_ptxbench.report.scores import score_runs
 from pytest_ptxbench.report.tables import tables as build_tables
 
-from .conftest import KERNELS, ROOT, TASKS
+from .conftest import KERNELS, REFERENCE_GEMM, ROOT, TASKS
 from .fake_models import FakeModelServer, Step, fenced
 
 pytest.importorskip("openai", reason="the openai SDK is not installed (pip install 'pytest-ptxbench[models]')")
 
-REFERENCE = (TASKS / "reference" / "h100" / "gemm.cu").read_text()
 SYNTAX_ERROR = KERNELS.joinpath("syntax_error.cu").read_text()
 GETENV = KERNELS.joinpath("launcher_getenv.cu").read_text()
 
@@ -47,7 +46,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PTXBENCH_", "PYTEST_"))}
     env.update(PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
     out = project / "run"
-    script = [Step(fenced(SYNTAX_ERROR)), Step(fenced(REFERENCE)), Step(fenced(GETENV))]
+    script = [Step(fenced(SYNTAX_ERROR)), Step(fenced(REFERENCE_GEMM)), Step(fenced(GETENV))]
     with FakeModelServer("openai", script) as server:
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "tasks", "-p", "no:cacheprovider", "--ptx-model=openai-compatible:fake-model",
@@ -86,7 +85,16 @@ def test_report_of_a_recorded_run(recorded: Path) -> None:
 def test_self_repairs_pair_a_failed_turn_with_its_later_fix(recorded: Path) -> None:
     rows = fixit.self_repairs([load_run(recorded)])
     assert by_source(rows) == [
-        ("self-repair", "gemm-n128-k2048-h100-t1", 1, 2, "build", "static", digest(SYNTAX_ERROR), digest(REFERENCE))
+        (
+            "self-repair",
+            "gemm-n128-k2048-h100-t1",
+            1,
+            2,
+            "build",
+            "static",
+            digest(SYNTAX_ERROR),
+            digest(REFERENCE_GEMM),
+        )
     ]
     (row,) = rows
     assert [(m["role"], m["loss"]) for m in row["messages"]] == [
@@ -100,7 +108,7 @@ def test_self_repairs_pair_a_failed_turn_with_its_later_fix(recorded: Path) -> N
         SYNTAX_ERROR.strip() in prompt
         and 'build failed: nvcc exited 2:\ncandidate.cu(6): error: expected a ";"' in prompt
     )
-    assert row["messages"][2]["content"] == f"```cuda\n{REFERENCE.strip()}\n```"
+    assert row["messages"][2]["content"] == f"```cuda\n{REFERENCE_GEMM.strip()}\n```"
     assert row["metadata"]["speedup"] is None and row["metadata"]["model"] == "openai-compatible:fake-model"
     assert fixit.self_repairs([load_run(recorded)], level="full") == []  # nothing ran on a GPU
 
@@ -110,7 +118,7 @@ def test_teacher_repairs_are_reverified_and_failures_dropped(
 ) -> None:
     out = tmp_path / "fixit.jsonl"
     # The failed turns in order: t1 turn 1 (build), t2 turn 1 (inspect), t2 turn 2 (inspect).
-    script = [Step(fenced(REFERENCE)), Step(fenced(SYNTAX_ERROR)), Step("I would rather not.")]
+    script = [Step(fenced(REFERENCE_GEMM)), Step(fenced(SYNTAX_ERROR)), Step("I would rather not.")]
     with FakeModelServer("openai", script) as teacher:
         code = main(
             ["fixit", str(recorded), "--out", str(out), "--teacher", "openai-compatible:teacher",
@@ -123,9 +131,9 @@ def test_teacher_repairs_are_reverified_and_failures_dropped(
     assert asked.endswith(fixit.REPAIR_REQUEST)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert by_source(rows) == [
-        ("self-repair", "gemm-n128-k2048-h100-t1", 1, 2, "build", "static", digest(SYNTAX_ERROR), digest(REFERENCE)),
+        ("self-repair", "gemm-n128-k2048-h100-t1", 1, 2, "build", "static", digest(SYNTAX_ERROR), digest(REFERENCE_GEMM)),
         ("teacher:openai-compatible:teacher", "gemm-n128-k2048-h100-t1", 1, None, "build", "static",
-         digest(SYNTAX_ERROR), digest(REFERENCE)),
+         digest(SYNTAX_ERROR), digest(REFERENCE_GEMM)),
     ]  # fmt: skip
     printed = capsys.readouterr().out
     assert "teacher repairs kept: 1, dropped: 2" in printed

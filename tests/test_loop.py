@@ -21,7 +21,7 @@ from pytest_ptxbench.targets import TARGETS
 from pytest_ptxbench.task.catalogue import Family
 from pytest_ptxbench.verdict import STAGES, Status, Verdict
 
-from .conftest import KERNELS, TASKS
+from .conftest import KERNELS, REFERENCE_GEMM
 from .fake_models import FakeModelServer, Step, conversation, fenced
 from .model_settings import model_settings
 
@@ -29,7 +29,6 @@ pytest.importorskip("openai", reason="the openai SDK is not installed (pip insta
 
 H100 = TARGETS["h100"]
 SECRET = "sk-test-secret-0123456789"
-REFERENCE = (TASKS / "reference" / "h100" / "gemm.cu").read_text()
 
 
 def kernel(name: str) -> str:
@@ -87,11 +86,11 @@ def test_three_turns_through_build_and_inspect(rig: Callable[..., Rig]) -> None:
     script = [
         Step(fenced(kernel("syntax_error.cu"))),
         Step(fenced(kernel("launcher_getenv.cu"))),
-        Step(fenced(REFERENCE)),
+        Step(fenced(REFERENCE_GEMM)),
     ]
     r = rig(script, turns=3)
     result = r.kernel()
-    assert isinstance(result, Candidate) and result.source.strip() == REFERENCE.strip()
+    assert isinstance(result, Candidate) and result.source.strip() == REFERENCE_GEMM.strip()
     assert result.origin == "openai:fake-model gemm-n128-k2048-h100-t1 turn 3"
 
     record = r.trajectory()
@@ -109,7 +108,7 @@ def test_three_turns_through_build_and_inspect(rig: Callable[..., Rig]) -> None:
 
     assert record["trajectory_format"] == "mini-swe-agent-1"
     info = record["info"]
-    assert info["exit_status"] == "turns used" and info["submission"].strip() == REFERENCE.strip()
+    assert info["exit_status"] == "turns used" and info["submission"].strip() == REFERENCE_GEMM.strip()
     assert info["model_stats"] == {"instance_cost": None, "api_calls": 3}  # fake-model has no price
     assert info["ptxbench"]["best_turn"] == 3 and info["ptxbench"]["budgets"] == {"1": 1}
     assert info["ptxbench"]["tokens"] == {"input": 300, "output": 150}
@@ -231,7 +230,7 @@ def test_a_failing_trajectory_does_not_raise(rig: Callable[..., Rig]) -> None:
 
 
 def test_model_error_ends_the_trajectory_with_the_best_so_far(rig: Callable[..., Rig]) -> None:
-    r = rig([Step(fenced(REFERENCE)), Step(status=503)], turns=4, max_retries=1)
+    r = rig([Step(fenced(REFERENCE_GEMM)), Step(status=503)], turns=4, max_retries=1)
     result = r.kernel()
     info = r.trajectory()["info"]
     assert info["exit_status"] == "model error" and "503" in info["ptxbench"]["error"]
