@@ -6,9 +6,11 @@ table comes last.
 
   attention_fwd: O and LSE checked on small and ragged shapes for every D, causal and not; timed at
                  B4 H48 S4096 against cuDNN.
-  gemm:          every (N, K) pair of tasks/gemm.yaml at its largest M, checked and timed against cuBLAS.
+  gemm:          every (N, K) pair of tasks/gemm.yaml at its largest M (or at each M given after the kernel),
+                 checked and timed against cuBLAS, the task's workspace handed over.
 
-Usage (from the checkout on the GPU machine): PYTHONPATH=. python3 scripts/bench_reference.py FAMILY [KERNEL.cu]
+Usage (from the checkout on the GPU machine):
+  PYTHONPATH=. python3 scripts/bench_reference.py FAMILY [KERNEL.cu [M ...]]
 The verdicts of record come from the harness: `pytest tasks --ptx-model=reference -k FAMILY`.
 """
 
@@ -152,37 +154,51 @@ def timing(lib: ctypes.CDLL) -> list[str]:
     return rows
 
 
-def gemm_call(lib: ctypes.CDLL, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> int:
+def gemm_call(lib: ctypes.CDLL, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, workspace: torch.Tensor) -> int:
     (m, k), n = a.shape, b.shape[0]
     ptr = ctypes.c_void_p
     stream = ptr(torch.cuda.current_stream().cuda_stream)
     return int(
         lib.ptxbench_gemm(
-            ptr(a.data_ptr()), ptr(b.data_ptr()), ptr(c.data_ptr()), m, n, k, None, ctypes.c_size_t(0), stream
+            ptr(a.data_ptr()),
+            ptr(b.data_ptr()),
+            ptr(c.data_ptr()),
+            m,
+            n,
+            k,
+            ptr(workspace.data_ptr()),
+            ctypes.c_size_t(workspace.numel()),
+            stream,
         )
     )
 
 
-def gemm_table(lib: ctypes.CDLL) -> list[str]:
-    family = load_family(ROOT / "tasks" / "gemm.yaml")
-    m = max(int(shape.values["M"]) for shape in family.shapes("all"))
-    rows = []
+def gemm_table(lib: ctypes.CDLL, family: Family, ms: list[int]) -> tuple[list[str], list[str]]:
+    """Every (N, K) pair at each M: checked under the task's rule (the workspace handed over full of
+    0xFF, as garbage), then timed against cuBLAS. Returns the rows and the failures."""
+    rows, failures = [], []
     for task in family.tasks:
         n, k = int(task.axes["N"]), int(task.axes["K"])
-        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-        c, expected = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16), a @ b.T
-        code = gemm_call(lib, a, b, c)
-        torch.cuda.synchronize()
-        error = ((c.float() - expected.float()).abs().max() / expected.float().abs().max()).item()
-        t_ours = median_ms(partial(gemm_call, lib, a, b, c))
-        t_cublas = median_ms(partial(torch.matmul, a, b.T, out=expected))
-        rows.append(
-            f"{task.name:<18} m{m:<6} {t_ours:8.3f} ms {t_cublas:8.3f} ms {t_cublas / t_ours:6.2f}x "
-            f"{2 * m * n * k / t_ours / 1e9:6.0f} TFLOP/s  code {code} max rel err {error:.1e}"
-        )
-        print(rows[-1], flush=True)
-    return rows
+        for m in ms:
+            a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+            c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            size = int(family.workspace_bytes({"M": m, "N": n, "K": k}))
+            workspace = torch.full((size,), 0xFF, dtype=torch.uint8, device="cuda")
+            code = gemm_call(lib, a, b, c, workspace)
+            torch.cuda.synchronize()
+            found = compare("C", c, a.float() @ b.float().T, family)
+            if code or not found.passes(family.matched_ratio):
+                failures.append(f"{task.name} m{m}: code {code}; {found.summary() or 'wrong'}")
+            t_ours = median_ms(partial(gemm_call, lib, a, b, c, workspace))
+            out = torch.empty_like(c)
+            t_cublas = median_ms(partial(torch.matmul, a, b.T, out=out))
+            rows.append(
+                f"{task.name:<18} m{m:<6} {t_ours:8.3f} ms {t_cublas:8.3f} ms {t_cublas / t_ours:6.2f}x "
+                f"{2 * m * n * k / t_ours / 1e9:6.0f} TFLOP/s  code {code} wrong {found.wrong}"
+            )
+            print(rows[-1], flush=True)
+    return rows, failures
 
 
 if __name__ == "__main__":
@@ -192,8 +208,12 @@ if __name__ == "__main__":
     family = load_family(ROOT / "tasks" / f"{name}.yaml")
     lib, _ = build(source, family)
     if name == "gemm":
-        print("task               shape    ours         cuBLAS       speedup  ours", *gemm_table(lib), sep="\n")
-        sys.exit(0)
+        shown = sorted({int(shape.values["M"]) for shape in family.shapes("all")})
+        ms = [int(a) for a in sys.argv[3:]] or [shown[-1]]  # the largest M by default
+        rows, failures = gemm_table(lib, family, ms)
+        print("\n== failures" if failures else "\n== all checks passed", *failures, sep="\n")
+        print("task               shape    ours         cuBLAS       speedup  ours", *rows, sep="\n")
+        sys.exit(1 if failures else 0)
     failures = check_cases(lib, family)
     rows = timing(lib) if not failures else []
     print("\n== failures" if failures else "\n== all checks passed", *failures, sep="\n")

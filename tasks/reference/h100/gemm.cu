@@ -13,6 +13,8 @@
 //    empty[s] (one arrival per consumer warp once its wgmmas reading stage s have retired).
 //  * Ragged edges: TMA zero-fills out-of-bounds rows/columns of A and B; the epilogue converts to bf16
 //    and stores bf16x2 pairs straight from the accumulator registers with bounds checks on M and N.
+//  * Split-K when the tiles fill under half the SMs (small M or N): each work unit is a tile and a slice
+//    of K; units add fp32 partials into the workspace (zeroed first), and a last kernel rounds it to C.
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda.h>
@@ -25,6 +27,8 @@ constexpr int STAGES = 4;
 constexpr int CONSUMERS = 2;                    // consumer warpgroups, BM / CONSUMERS = 64 rows each
 constexpr int THREADS = 128 * (1 + CONSUMERS);
 constexpr int GROUP_M = 16;                     // m-tiles per band of the tile order
+constexpr int MIN_K_ITERS = 4;                  // least k-steps per split-K slice
+constexpr int MAX_SPLITS = 16;
 constexpr uint32_t A_BYTES = BM * BK * 2;       // 16 KB per stage
 constexpr uint32_t B_BYTES = BN * BK * 2;       // 32 KB per stage
 constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;
@@ -124,7 +128,7 @@ __device__ __forceinline__ void tile_origin(int t, int num_m, int num_n, int& m0
 
 __global__ void __launch_bounds__(THREADS, 1)
 gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
-                    __nv_bfloat16* __restrict__ C, int M, int N, int K) {
+                    __nv_bfloat16* __restrict__ C, float* __restrict__ partial, int M, int N, int K, int splits) {
     extern __shared__ uint8_t smem_raw[];
     const uint32_t ring = ((uint32_t)__cvta_generic_to_shared(smem_raw) + 1023u) & ~1023u;
     const uint32_t smem_a = ring;                        // STAGES x [128 rows x 128 B]
@@ -133,7 +137,7 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
     const uint32_t empty_bar = full_bar + STAGES * 8;    // STAGES x 8 B
 
     const int num_m = (M + BM - 1) / BM, num_n = (N + BN - 1) / BN;
-    const int num_tiles = num_m * num_n;
+    const int num_units = num_m * num_n * splits;   // (tile, K slice) pairs
     const int k_iters = (K + BK - 1) / BK;
     const int wg = threadIdx.x / 128;
 
@@ -154,10 +158,11 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
         if (threadIdx.x == 0) {
             int s = 0;
             uint32_t phase = 0;
-            for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+            for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
                 int m0, n0;
-                tile_origin(t, num_m, num_n, m0, n0);
-                for (int k = 0; k < k_iters; ++k) {
+                tile_origin(u / splits, num_m, num_n, m0, n0);
+                const int k_end = (u % splits + 1) * k_iters / splits;
+                for (int k = (u % splits) * k_iters / splits; k < k_end; ++k) {
                     mbar_wait(empty_bar + 8 * s, phase ^ 1);   // fresh barriers pass parity 1 at once
                     mbar_arrive_expect_tx(full_bar + 8 * s, STAGE_BYTES);
                     tma_load_2d(smem_a + s * A_BYTES, &tmap_a, full_bar + 8 * s, k * BK, m0);
@@ -174,23 +179,24 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
         float acc[128];
         int s = 0;
         uint32_t phase = 0;
-        for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+        for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
             int m0, n0;
-            tile_origin(t, num_m, num_n, m0, n0);
+            tile_origin(u / splits, num_m, num_n, m0, n0);
+            const int k_begin = (u % splits) * k_iters / splits, k_end = (u % splits + 1) * k_iters / splits;
             int prev = 0;
-            for (int k = 0; k < k_iters; ++k) {
+            for (int k = k_begin; k < k_end; ++k) {
                 mbar_wait(full_bar + 8 * s, phase);
                 const uint64_t da = smem_desc(smem_a + s * A_BYTES + cw * 64 * 128);
                 const uint64_t db = smem_desc(smem_b + s * B_BYTES);
                 wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < BK / 16; ++kk)        // +32 B along K = +2 in the descriptor
-                    wgmma_m64n256k16(acc, da + 2 * kk, db + 2 * kk, (k > 0 || kk > 0) ? 1u : 0u);
+                    wgmma_m64n256k16(acc, da + 2 * kk, db + 2 * kk, (k > k_begin || kk > 0) ? 1u : 0u);
                 wgmma_commit();
                 // Keep one k-step in flight; the previous one has now retired, so free its stage.
                 wgmma_wait<1>();
                 fence_acc(acc);
-                if (k > 0 && lane == 0) mbar_arrive(empty_bar + 8 * prev);
+                if (k > k_begin && lane == 0) mbar_arrive(empty_bar + 8 * prev);
                 prev = s;
                 if (++s == STAGES) { s = 0; phase ^= 1; }
             }
@@ -209,13 +215,31 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int r = row + 8 * h;
-                        if (r < M)
+                        if (r >= M) continue;
+                        if (splits == 1) {
                             *reinterpret_cast<__nv_bfloat162*>(C + (size_t)r * N + col) =
                                 __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+                        } else {
+                            atomicAdd(partial + (size_t)r * N + col, acc[4 * j + 2 * h]);
+                            atomicAdd(partial + (size_t)r * N + col + 1, acc[4 * j + 2 * h + 1]);
+                        }
                     }
                 }
             }
         }
+    }
+}
+
+__global__ void zero_partial(float4* __restrict__ partial, size_t quads) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < quads; i += (size_t)gridDim.x * blockDim.x)
+        partial[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+// C = bf16(partial), a pair of columns per step (N is even, so pairs never straddle rows).
+__global__ void round_partial(const float2* __restrict__ partial, __nv_bfloat162* __restrict__ C, size_t pairs) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < pairs; i += (size_t)gridDim.x * blockDim.x) {
+        const float2 v = partial[i];
+        C[i] = __floats2bfloat162_rn(v.x, v.y);
     }
 }
 
@@ -235,8 +259,6 @@ bool encode_kmajor(CUtensorMap* map, const void* ptr, int rows, int K, int box_r
 
 extern "C" cudaError_t ptxbench_gemm(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N,
                                      int K, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-    (void)workspace;
-    (void)workspace_bytes;
     // TMA needs 16 B aligned bases and row strides (K % 8); bf16x2 stores need N even and C 4 B aligned.
     if (M <= 0 || N <= 0 || K <= 0 || N % 8 != 0 || K % 8 != 0 || !A || !B || !C ||
         (reinterpret_cast<uintptr_t>(A) & 15) || (reinterpret_cast<uintptr_t>(B) & 15) ||
@@ -256,7 +278,28 @@ extern "C" cudaError_t ptxbench_gemm(const __nv_bfloat16* A, const __nv_bfloat16
     if (err != cudaSuccess) return err;
 
     const long long tiles = (long long)((M + BM - 1) / BM) * ((N + BN - 1) / BN);
-    const int grid = (int)(tiles < sms ? tiles : sms);
-    gemm_bf16_tn_kernel<<<grid, THREADS, SMEM_BYTES, stream>>>(tmap_a, tmap_b, C, M, N, K);
+    const size_t elements = (size_t)M * N;
+    float* partial = static_cast<float*>(workspace);
+    long long splits = 1;
+    if (2 * tiles <= sms && partial && workspace_bytes >= elements * sizeof(float) &&
+        !(reinterpret_cast<uintptr_t>(partial) & 15)) {
+        const long long most = (K + BK - 1) / BK / MIN_K_ITERS;
+        splits = sms / tiles;
+        if (splits > most) splits = most;
+        if (splits > MAX_SPLITS) splits = MAX_SPLITS;
+        if (splits < 1) splits = 1;
+    }
+    const long long units = tiles * splits;
+    const int grid = (int)(units < sms ? units : sms);
+    if (splits > 1) {
+        zero_partial<<<2 * sms, 256, 0, stream>>>(reinterpret_cast<float4*>(partial), elements / 4);
+        err = cudaGetLastError();
+        if (err != cudaSuccess) return err;
+    }
+    gemm_bf16_tn_kernel<<<grid, THREADS, SMEM_BYTES, stream>>>(tmap_a, tmap_b, C, partial, M, N, K, (int)splits);
+    err = cudaGetLastError();
+    if (err != cudaSuccess || splits == 1) return err;
+    round_partial<<<2 * sms, 256, 0, stream>>>(reinterpret_cast<const float2*>(partial),
+                                               reinterpret_cast<__nv_bfloat162*>(C), elements / 2);
     return cudaGetLastError();
 }
