@@ -123,7 +123,10 @@ class Pipeline:
                     judged = self._gpu.evaluate(candidate, family, task, target, shape, static, overrides)
                 for verdict in judged:
                     verdict.data.setdefault("shape", shape.id)
-                if all(v.status is not Status.TOOL_UNAVAILABLE for v in judged):  # a tool's failure may pass
+                # the trusted child's failure (no reference, the baseline) may pass on a retry; profile and
+                # sanitize verdicts, unavailable tools included, are kept by GpuStages once per candidate
+                retried = (v for v in judged if v.stage in ("check", "time"))
+                if all(v.status is not Status.TOOL_UNAVAILABLE for v in retried):
                     self._judged[key] = judged
             verdicts += judged
         return verdicts

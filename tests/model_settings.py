@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_ptxbench.settings import OPTIONS
+from pytest_ptxbench.settings import defaults
 
 
 def model_settings(**overrides: Any) -> dict[str, Any]:
-    values = {option.name: option.default for option in OPTIONS}
+    values = defaults()
     values.update(retry_delay=0.0, request_timeout=10.0)
     unknown = set(overrides) - set(values)
     assert not unknown, f"not settings: {unknown}"

@@ -15,13 +15,14 @@ from pytest_ptxbench.agent.loop import ModelAgent
 from pytest_ptxbench.agent.models.specs import parse_spec
 from pytest_ptxbench.agent.replay import ReplayAgent
 from pytest_ptxbench.candidate import Candidate
+from pytest_ptxbench.device import parse_devices
 from pytest_ptxbench.pipeline import Pipeline
 from pytest_ptxbench.rundir import RunDirectory
 from pytest_ptxbench.targets import TARGETS
 from pytest_ptxbench.task.catalogue import Family
 from pytest_ptxbench.verdict import STAGES, Status, Verdict
 
-from .conftest import KERNELS, REFERENCE_GEMM
+from .conftest import DATA, KERNELS, REFERENCE_GEMM
 from .fake_models import FakeModelServer, Step, conversation, fenced
 from .model_settings import model_settings
 
@@ -281,3 +282,51 @@ def test_trajectories_are_independent(rig: Callable[..., Rig]) -> None:
     assert second["info"]["ptxbench"]["trajectory"] == 2
     assert len(list(conversation(r.server.requests[1]))) == 4  # system, card, reply, feedback
     assert len(list(conversation(r.server.requests[2]))) == 2  # trajectory 2 starts from system and card alone
+
+
+class _RecordedGpuStages:
+    """Stands in for the GPU stages (this machine has none): replies with the given verdicts, counts calls."""
+
+    def __init__(self, replies: list[list[Verdict]]) -> None:
+        self.replies, self.calls = replies, 0
+
+    def evaluate(self, *args: Any, **kwargs: Any) -> list[Verdict]:
+        self.calls += 1
+        return [Verdict(v.stage, v.status, v.message) for v in self.replies[min(self.calls, len(self.replies)) - 1]]
+
+    def close(self) -> None:
+        pass
+
+
+def _passed(*stages: str) -> list[Verdict]:
+    return [Verdict(stage, Status.PASSED, "ok") for stage in stages]
+
+
+@pytest.mark.parametrize(
+    ("first", "calls"),
+    [
+        (_passed("check", "profile", "sanitize", "time"), 1),  # judged once, then reused
+        # profile's unavailable tool is GpuStages' own to keep: no retry can change it
+        ([*_passed("check"), Verdict("profile", Status.TOOL_UNAVAILABLE, "no ncu"), *_passed("sanitize", "time")], 1),
+        # the trusted child's failure may pass the next time: judged again
+        ([Verdict("check", Status.TOOL_UNAVAILABLE, "no reference: the trusted child died")], 2),
+        (
+            [*_passed("check", "profile", "sanitize"), Verdict("time", Status.TOOL_UNAVAILABLE, "the baseline failed")],
+            2,
+        ),
+    ],
+)
+def test_a_judged_shape_is_reused_unless_the_trusted_side_failed(
+    toolchain: None, gemm: Family, tmp_path: Path, first: list[Verdict], calls: int
+) -> None:
+    devices = parse_devices((DATA / "nvidia-smi-query.csv").read_text())  # the H200, as recorded
+    pipeline = Pipeline(RunDirectory(tmp_path / "run"), lambda: devices, model_settings(model="tests"))
+    stages = _RecordedGpuStages([first, _passed("check", "profile", "sanitize", "time")])
+    pipeline._gpu = stages  # type: ignore[assignment]
+    candidate = Candidate("gemm-n128-k2048", "h100", REFERENCE_GEMM, "reference")
+    task = next(t for t in gemm.tasks if t.name == "gemm-n128-k2048")
+    shapes = gemm.shapes("visible")[:1]
+    verdicts = [pipeline.evaluate(candidate, gemm, task, H100, shapes) for _ in range(2)]
+    assert stages.calls == calls
+    assert [v.status for v in verdicts[0][2:]] == [v.status for v in first]
+    assert verdicts[1][:2] == verdicts[0][:2]  # build and inspect, once

@@ -84,7 +84,8 @@ class Candidate:
         return {"sets": len(self.sets)}
 
     def prepare(self, index: int, poison: int = 0xFF) -> None:
-        """Fresh inputs (set `index` modulo the count) copied in place, outputs poisoned, workspace zeroed."""
+        """Fresh inputs (set `index` modulo the count) copied in place, outputs poisoned, workspace zeroed: all
+        on the legacy stream, not waited for here."""
         chosen = self.sets[index % len(self.sets)]
         for p in self.inputs():
             self.rt.copy_on_device(self.buffers[p["name"]], chosen[p["name"]], self.nbytes[p["name"]])
@@ -93,12 +94,6 @@ class Candidate:
         for name, pointer in self.buffers.items():
             self.rt.memset(pointer + self.nbytes[name], GUARD_BYTE, GUARD_BYTES)
         self.rt.memset(self.workspace, 0, self.workspace_bytes)
-        # The copies and fills above run on the legacy stream, which the call's non-blocking stream does not
-        # wait for: without this, a long kernel can overlap them (reading half-copied inputs, its outputs
-        # re-poisoned after it wrote them).
-        fault = self.rt.synchronize()
-        if fault != 0:
-            raise RunFailed(f"the device reported {self.rt.error_name(fault)} ({fault}) while preparing the inputs")
 
     def overruns(self) -> list[str]:
         """The buffers whose guard region after the end was written."""
@@ -137,6 +132,12 @@ class Candidate:
         """One call on input set `set` with outputs poisoned by `poison`; outputs saved; inputs rehashed."""
         index = int(request["set"])
         self.prepare(index, int(request["poison"]))
+        # prepare's copies and fills run on the legacy stream, which the call's non-blocking stream does not
+        # wait for: without this, a long kernel can overlap them (reading half-copied inputs, its outputs
+        # re-poisoned after it wrote them). Timed runs synchronise after their L2 flush.
+        fault = self.rt.synchronize()
+        if fault != 0:
+            raise RunFailed(f"the device reported {self.rt.error_name(fault)} ({fault}) while preparing the inputs")
         code = self.call()
         fault = self.rt.synchronize()
         if code != 0 or fault != 0:
