@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TASKS = ROOT / "tasks"
 KERNELS = Path(__file__).resolve().parent / "kernels"
 DATA = Path(__file__).resolve().parent / "data"
+PLANTED = KERNELS / "planted"  # cheating candidates, one per reward hack
 REFERENCE_GEMM = (TASKS / "reference" / "h100" / "gemm.cu").read_text()  # the Hopper reference, as a model reply
 # Plain sm_90 (no `a` features): wgmma does not exist there.
 PLAIN_SM90 = Target("sm90", "sm_90", (9, 0), "plain sm_90")
@@ -29,6 +32,11 @@ PLAIN_SM90 = Target("sm90", "sm_90", (9, 0), "plain sm_90")
 @pytest.fixture(scope="session")
 def gemm() -> Family:
     return load_family(TASKS / "gemm.yaml")
+
+
+def results(run: Path) -> list[dict[str, Any]]:
+    """The rows of a run directory's results.jsonl, in the order written."""
+    return [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
 
 
 @pytest.fixture(scope="session")

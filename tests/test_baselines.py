@@ -4,7 +4,6 @@ and recorded, and what decides the skip when the library one needs cannot be imp
 from __future__ import annotations
 
 import copy
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from pytest_ptxbench.task.catalogue import (
 )
 from pytest_ptxbench.verdict import STAGES, Outcome, Status, Verdict, decide
 
-from .conftest import TASKS
+from .conftest import TASKS, results
 
 FLASHINFER = "pytest_ptxbench.baselines:attention_fwd_flashinfer"
 
@@ -134,7 +133,7 @@ RUN = ("tasks", "-k", "attention_fwd-d128-causal or gemm-n128-k2048", "--ptx-sha
 
 
 def _rows(out: Path) -> dict[str, dict[str, Any]]:
-    return {r["id"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    return {r["id"]: r for r in results(out)}
 
 
 def test_the_option_chooses_and_the_rows_record_it(project: pytest.Pytester) -> None:

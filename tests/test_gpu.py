@@ -16,13 +16,12 @@ from pytest_ptxbench.pipeline import Pipeline
 from pytest_ptxbench.rundir import RunDirectory
 from pytest_ptxbench.settings import defaults
 from pytest_ptxbench.targets import TARGETS
-from pytest_ptxbench.task.catalogue import Family, Shape, Task, load_family
+from pytest_ptxbench.task.catalogue import Family, Shape, Task
 from pytest_ptxbench.verdict import Outcome, Status, Verdict, decide
 
-from .conftest import KERNELS, TASKS
+from .conftest import PLANTED, REFERENCE_GEMM, TASKS
 
 H100 = TARGETS["h100"]
-PLANTED = KERNELS / "planted"
 pytestmark = pytest.mark.gpu
 
 
@@ -36,11 +35,6 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
     made = Pipeline(RunDirectory(tmp_path_factory.mktemp("run")), lambda: devices, settings)
     yield made
     made.close()
-
-
-@pytest.fixture(scope="module")
-def gemm() -> Family:
-    return load_family(TASKS / "gemm.yaml")
 
 
 def _task(family: Family, name: str) -> Task:
@@ -62,8 +56,7 @@ def _no_opcodes(family: Family) -> Family:
 
 
 def test_reference_gemm_passes_every_stage(pipeline: Pipeline, gemm: Family) -> None:
-    source = (TASKS / "reference/h100/gemm.cu").read_text()
-    verdicts = _run(pipeline, gemm, source, task="gemm-n7168-k5120", m=8192)
+    verdicts = _run(pipeline, gemm, REFERENCE_GEMM, task="gemm-n7168-k5120", m=8192)
     assert {s: v.status for s, v in verdicts.items()} == dict.fromkeys(
         ("build", "inspect", "check", "profile", "sanitize", "time"), Status.PASSED
     ), {s: v.message for s, v in verdicts.items()}
@@ -72,7 +65,7 @@ def test_reference_gemm_passes_every_stage(pipeline: Pipeline, gemm: Family) -> 
 
 
 def test_ragged_m_is_correct(pipeline: Pipeline, gemm: Family) -> None:
-    verdicts = _run(pipeline, gemm, (TASKS / "reference/h100/gemm.cu").read_text(), task="gemm-n256-k7168", m=70)
+    verdicts = _run(pipeline, gemm, REFERENCE_GEMM, task="gemm-n256-k7168", m=70)
     assert verdicts["check"].passed, verdicts["check"].message
 
 
@@ -102,15 +95,16 @@ def test_an_empty_profiler_capture_fails_profile(pipeline: Pipeline, gemm: Famil
     profile = verdicts["profile"]
     assert profile.status is Status.FAILED, profile.message
     assert profile.message.startswith("empty ncu capture: no kernel was profiled")
+    assert profile.data["ncu_errors"] == []  # not a tool error
     assert verdicts["time"].status is Status.FAILED
     assert "no kernel ran in timed runs" in verdicts["time"].message
+    assert verdicts["time"].data["kernels"] == []
     assert decide(list(verdicts.values())).outcome is Outcome.FAILED
 
 
 def test_work_on_another_stream_fails_time(pipeline: Pipeline, gemm: Family) -> None:
-    source = (TASKS / "reference/h100/gemm.cu").read_text()
-    escaped = source.replace("SMEM_BYTES, stream>>>", "SMEM_BYTES, cudaStreamPerThread>>>")
-    assert escaped != source, "the reference's launch line changed: update this planted variant"
+    escaped = REFERENCE_GEMM.replace("SMEM_BYTES, stream>>>", "SMEM_BYTES, cudaStreamPerThread>>>")
+    assert escaped != REFERENCE_GEMM, "the reference's launch line changed: update this planted variant"
     verdicts = _run(pipeline, gemm, escaped)
     assert verdicts["check"].passed and verdicts["profile"].passed
     assert verdicts["time"].status is Status.FAILED
@@ -250,7 +244,7 @@ def test_a_write_into_the_checkout_fails_check_without_a_sandbox(
     refused = inspect(Path(built.data["library"]), H100, (), gemm.launcher.name, timeout=120)
     assert refused.status is Status.FAILED and {"getenv", "fopen"} <= set(refused.data["forbidden_imports"])
     stages = GpuStages({**pipeline.settings, "sandbox": "off"}, tmp_path / "run")
-    planted = Path(__file__).resolve().parent.parent / "tasks" / "planted-by-a-candidate.txt"
+    planted = TASKS / "planted-by-a-candidate.txt"
     shape = Shape({"M": 256}, "m256", hidden=False)
     allowed = Verdict("inspect", Status.PASSED, "", refused.data)
     try:

@@ -70,12 +70,14 @@ def test_an_empty_capture_fails_whatever_the_exit_status() -> None:
     a tool failure; only ncu's own permission error is."""
     quiet = profile._empty((DATA / "ncu-no-kernel.log").read_text(), 0, "2025.3.1", 1.0)
     assert quiet.status is Status.FAILED and quiet.message == "empty ncu capture: no kernel was profiled"
+    assert quiet.data["ncu_exit"] == 0 and quiet.data["ncu_errors"] == []
     exited = profile._empty((DATA / "ncu-exits-3.log").read_text(), 3, "2025.3.1", 1.0)
     assert exited.status is Status.FAILED
     assert exited.message == (
         "empty ncu capture: no kernel was profiled; ncu exited 3; The application returned an error code (3)."
     )
     assert exited.data["ncu_errors"] == ["The application returned an error code (3)."]
+    assert exited.data["ncu_exit"] == 3
     denied = "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters"
     unavailable = profile._empty(denied, 1, "2025.3.1", 1.0)
     assert unavailable.status is Status.TOOL_UNAVAILABLE and unavailable.message.startswith("ncu cannot run here")

@@ -16,10 +16,9 @@ import pytest
 
 from pytest_ptxbench.verdict import STAGES
 
-from .conftest import KERNELS, TASKS
+from .conftest import KERNELS, REFERENCE_GEMM, results
 from .fake_models import FakeModelServer, Step, fenced
 
-REFERENCE = (TASKS / "reference" / "h100" / "gemm.cu").read_text()
 SECRET = "sk-test-secret-0123456789"
 SELECT = ("-k", "gemm-n128-k2048", "--ptx-shapes=visible", "-rs")
 PROVIDERS = {  # provider → (SDK module, key variable or None)
@@ -34,9 +33,7 @@ SKIP_REASON = (
 
 
 def rows(run: Path) -> list[dict[str, Any]]:
-    return sorted(
-        (json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()), key=lambda r: r["id"]
-    )
+    return sorted(results(run), key=lambda r: r["id"])
 
 
 def trajectory(run: Path) -> dict[str, Any]:
@@ -65,7 +62,7 @@ def test_provider_run_then_replay(
     out, again = project.path / "run", project.path / "again"
     script = [
         Step(fenced(KERNELS.joinpath("syntax_error.cu").read_text())),
-        Step(fenced(REFERENCE), reasoning="use TMA"),
+        Step(fenced(REFERENCE_GEMM), reasoning="use TMA"),
     ]
     with FakeModelServer(provider, script) as server:
         result = project.runpytest_subprocess(
@@ -169,8 +166,13 @@ def test_each_turn_budgets_best_kernel_is_scored_on_hidden_shapes(
     the hidden-shape test scores both, the budget's row marked `budget: 1`; the report reads it."""
     pytest.importorskip("openai", reason="the openai SDK is not installed (pip install 'pytest-ptxbench[models]')")
     out = project.path / "run"
-    later = REFERENCE + "\n// the same kernel, handed over again\n"
-    script = [Step(fenced(REFERENCE)), Step(fenced("int broken(")), Step(fenced(later)), Step(fenced("int broken("))]
+    later = REFERENCE_GEMM + "\n// the same kernel, handed over again\n"
+    script = [
+        Step(fenced(REFERENCE_GEMM)),
+        Step(fenced("int broken(")),
+        Step(fenced(later)),
+        Step(fenced("int broken(")),
+    ]
     with FakeModelServer("openai", script) as server:
         result = project.runpytest_subprocess(
             "tasks", "--ptx-model=openai:fake-model", f"--ptx-base-url={server.base_url}", "--ptx-turns=4",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import KERNELS
+from .conftest import KERNELS, results
 
 COUNTS = {"gemm": 17 * 12, "attention_fwd": 8 * 6, "attention_bwd": 6 * 5}
 SKIP_REASON = "passed: build, inspect (HGMMA.64x256x16.F32.BF16, UTMALDG.2D in gemm_bf16_tn_kernel); needs an sm_90 device (H100-class), found none"
@@ -112,7 +112,7 @@ def test_reference_gemm_without_gpu_is_skipped_with_what_passed(project: pytest.
         "sass.txt",
         "inventory.json",
     }
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    rows = results(out)
     assert sorted(r["id"] for r in rows) == sorted(
         f"gemm-{t}-h100-{m}" for t in ("n7168-k5120", "n128-k2048") for m in ("m8192", "m972")
     )

@@ -19,9 +19,8 @@ from pytest_ptxbench.settings import defaults
 from pytest_ptxbench.toolchain import find_library
 from pytest_ptxbench.workers import Child, ChildFailed, child_environment, make_sandbox
 
-from .conftest import KERNELS, BuildAndInspect
+from .conftest import KERNELS, PLANTED, BuildAndInspect
 
-PLANTED = KERNELS / "planted"
 SUCCESS = "0"
 RUNNER = """
 import ctypes, sys
@@ -173,6 +172,7 @@ def test_the_checkout_guard_sees_a_write_where_no_sandbox_stops_it(
     assert guard.changed(before) == [str(checkout / "conftest.py"), str(checkout / "tasks" / "gemm.yaml")]
     (judged,) = guard.judge(before, [])
     assert (judged.stage, judged.status.value) == ("check", "failed")
+    assert judged.data["checkout_changed"] == [str(checkout / "conftest.py"), str(checkout / "tasks" / "gemm.yaml")]
     assert (
         judged.message
         == f"the checkout changed while the candidate ran: {checkout / 'conftest.py'}, {checkout / 'tasks' / 'gemm.yaml'}"

@@ -10,7 +10,7 @@ import pytest
 from pytest_ptxbench import allowlist
 from pytest_ptxbench.verdict import Status
 
-from .conftest import KERNELS, PLAIN_SM90, TASKS, BuildAndInspect
+from .conftest import KERNELS, PLAIN_SM90, PLANTED, TASKS, BuildAndInspect
 
 
 def test_reference_h100_gemm_passes_build_and_inspect(build_and_inspect: BuildAndInspect) -> None:
@@ -61,10 +61,11 @@ def test_fp16_wgmma_fails_a_bf16_modifier_match(build_and_inspect: BuildAndInspe
 
 
 def test_kernels_named_like_the_required_opcodes_fail_inspect(build_and_inspect: BuildAndInspect) -> None:
-    built, inspected = build_and_inspect(KERNELS / "planted" / "named_like_its_opcodes.cu")
+    built, inspected = build_and_inspect(PLANTED / "named_like_its_opcodes.cu")
     assert built.passed, built.message
     assert inspected is not None and inspected.status is Status.FAILED
     assert inspected.message == "missing HGMMA.*.F32.BF16; missing UTMALDG"
+    assert inspected.data["found"] == {}
     assert sorted(inspected.data["kernels"].values()) == [
         "HGMMA_64x256x16_F32_BF16_UTMALDG",
         "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1_cublas",
@@ -160,7 +161,7 @@ def test_build_keeps_ptxas_resources(build_and_inspect: BuildAndInspect) -> None
 def test_planted_host_cheats_fail_the_allow_list(
     build_and_inspect: BuildAndInspect, planted: str, forbidden: str
 ) -> None:
-    built, inspected = build_and_inspect(KERNELS / "planted" / planted, required=())
+    built, inspected = build_and_inspect(PLANTED / planted, required=())
     assert built.passed, built.message
     assert inspected is not None and inspected.status is Status.FAILED
     assert any(name.startswith(forbidden) for name in inspected.data["forbidden_imports"]), inspected.message
@@ -168,7 +169,7 @@ def test_planted_host_cheats_fail_the_allow_list(
 
 
 def test_a_library_defining_the_timing_apis_fails_inspect(build_and_inspect: BuildAndInspect) -> None:
-    built, inspected = build_and_inspect(KERNELS / "planted" / "shadows_timer_apis.cu", required=())
+    built, inspected = build_and_inspect(PLANTED / "shadows_timer_apis.cu", required=())
     assert built.passed, built.message
     assert inspected is not None and inspected.status is Status.FAILED
     shadows = ["clock_gettime", "cudaEventElapsedTime", "cudaEventRecord", "cuptiActivityEnable"]
@@ -207,6 +208,7 @@ GPU_PLANTED = sorted(
     set(re.findall(r'"([a-z_]+\.cu)"', (Path(__file__).parent / "test_gpu.py").read_text()))
     - {"writes_into_checkout.cu"}
 )
+assert GPU_PLANTED, "no planted kernel named in tests/test_gpu.py: the pattern above no longer matches"
 
 
 @pytest.mark.parametrize("planted", GPU_PLANTED)
@@ -214,6 +216,6 @@ def test_planted_kernels_of_the_gpu_tests_pass_the_static_stages(
     build_and_inspect: BuildAndInspect, planted: str
 ) -> None:
     required = None if "wgmma" in planted else ()  # the wgmma ones are caught at profile, after inspect
-    built, inspected = build_and_inspect(KERNELS / "planted" / planted, required=required)
+    built, inspected = build_and_inspect(PLANTED / planted, required=required)
     assert built.passed, built.message
     assert inspected is not None and inspected.passed, inspected.message

@@ -15,7 +15,7 @@ import pytest
 from pytest_ptxbench.device import Device, parse_devices
 from pytest_ptxbench.pinning import exclusive, pinned, worker_index
 
-from .conftest import DATA
+from .conftest import DATA, TASKS, results
 
 RECORDED = (DATA / "nvidia-smi-query.csv").read_text().strip()
 TWO_GPUS = (
@@ -91,7 +91,7 @@ def test_one_worker_per_gpu_with_tasks_kept_together(two_gpus: pytest.Pytester) 
     result.assert_outcomes(skipped=6)
     result.stdout.fnmatch_lines(["*2 workers*", "*= ptxbench =*"])
     [out] = (two_gpus.path / "runs").iterdir()  # one run directory for the controller and its workers
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    rows = results(out)
     assert len(rows) == 6
     uuids = {d.index: d.uuid for d in _devices()}
     for row in rows:
@@ -124,11 +124,10 @@ def test_workers_of_one_run_build_a_source_once(
     """Workers of one xdist run that reach the same source at once: one builds and inspects under the build
     folder's lock, the others reuse its verdicts. (Unlocked, each rebuilt candidate.so while another was
     disassembling it: `cuobjdump fatal: Invalid fatbin header`.) A later run builds again."""
-    tasks = Path(__file__).parent.parent / "tasks"
 
     def workers(run_id: str, count: int) -> list[list[list[object]]]:
         monkeypatch.setenv("PYTEST_XDIST_TESTRUNUID", run_id)
-        argv = [sys.executable, "-c", WORKER, str(tasks), str(tmp_path / "run")]
+        argv = [sys.executable, "-c", WORKER, str(TASKS), str(tmp_path / "run")]
         started = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for _ in range(count)]
         return [json.loads(p.communicate(timeout=600)[0]) for p in started]
 
