@@ -29,7 +29,7 @@ import torch
 
 from pytest_ptxbench.baselines import attention_fwd_cudnn
 from pytest_ptxbench.candidate import Candidate
-from pytest_ptxbench.references import attention_fwd
+from pytest_ptxbench.references import attention_fwd, gemm
 from pytest_ptxbench.stages import check
 from pytest_ptxbench.stages.build import build as build_stage
 from pytest_ptxbench.targets import TARGETS
@@ -47,7 +47,9 @@ def build(source: Path, family: Family) -> tuple[ctypes.CDLL, Verdict]:
     built = build_stage(candidate, family.launcher, TARGETS["h100"], Path(tempfile.mkdtemp()), 600)
     if not built.passed:
         sys.exit(f"build failed: {built.message}")
-    ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)  # the kernel's cuTensorMapEncodeTiled, as in the child
+    ctypes.CDLL(
+        "libcuda.so.1", mode=ctypes.RTLD_GLOBAL
+    )  # for cuTensorMapEncodeTiled, which the library leaves undefined
     lib = ctypes.CDLL(built.data["library"])
     getattr(lib, family.launcher.name).restype = ctypes.c_int
     return lib, built
@@ -70,6 +72,7 @@ def call(
     o: torch.Tensor,
     lse: torch.Tensor,
     causal: bool,
+    workspace: torch.Tensor,
 ) -> int:
     b, h, s, d = q.shape
     ptr = ctypes.c_void_p
@@ -86,8 +89,8 @@ def call(
             d,
             int(causal),
             ctypes.c_float(d**-0.5),
-            None,
-            ctypes.c_size_t(0),
+            ptr(workspace.data_ptr()),
+            ctypes.c_size_t(workspace.numel()),
             ptr(torch.cuda.current_stream().cuda_stream),
         )
     )
@@ -95,6 +98,11 @@ def call(
 
 def inputs(b: int, h: int, s: int, d: int) -> list[torch.Tensor]:
     return [torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+
+
+def workspace(family: Family, values: dict[str, object]) -> torch.Tensor:
+    """The task's workspace, zeroed as the harness hands it over."""
+    return torch.zeros(int(family.workspace_bytes(values)), dtype=torch.uint8, device="cuda")
 
 
 def check_cases(lib: ctypes.CDLL, family: Family) -> list[str]:
@@ -105,11 +113,10 @@ def check_cases(lib: ctypes.CDLL, family: Family) -> list[str]:
                 q, k, v = inputs(b, h, s, d)
                 o = torch.full_like(q, float("nan"))
                 lse = torch.full((b, h, s), float("nan"), device="cuda")
-                code = call(lib, q, k, v, o, lse, causal)
+                values = {"B": b, "H": h, "S": s, "D": d, "mask": "causal" if causal else "full"}
+                code = call(lib, q, k, v, o, lse, causal, workspace(family, values))
                 torch.cuda.synchronize()
-                expected = attention_fwd(
-                    {"Q": q, "K": k, "V": v}, {"D": d, "S": s, "mask": "causal" if causal else "full"}
-                )
+                expected = attention_fwd({"Q": q, "K": k, "V": v}, values)
                 found = [compare(n, got, expected[n], family) for n, got in (("O", o), ("LSE", lse))]
                 ok = code == 0 and all(c.passes(family.matched_ratio) for c in found)
                 errors = " ".join(f"max|d{c.output}| {c.max_abs_error:.5f} ({c.wrong} wrong)" for c in found)
@@ -136,22 +143,28 @@ def median_ms(fn: Callable[[], object], runs: int = 30, warmup: int = 10) -> flo
     return float(statistics.median(times))
 
 
-def timing(lib: ctypes.CDLL) -> list[str]:
-    rows = []
+def timing(lib: ctypes.CDLL, family: Family) -> tuple[list[str], list[str]]:
+    """B4 H48 S4096 for every D, full and causal; a call that returns an error is a failure, not a time."""
+    rows, failures = [], []
     b, h, s = 4, 48, 4096
     for d in DIMS:
         for causal in (False, True):
             q, k, v = inputs(b, h, s, d)
             o, lse = torch.empty_like(q), torch.empty(b, h, s, device="cuda")
-            values = {"D": d, "S": s, "mask": "causal" if causal else "full"}
-            ours = median_ms(partial(call, lib, q, k, v, o, lse, causal))
+            values = {"B": b, "H": h, "S": s, "D": d, "mask": "causal" if causal else "full"}
+            ours_call = partial(call, lib, q, k, v, o, lse, causal, workspace(family, values))
+            code = ours_call()
+            if code:
+                failures.append(f"timing d{d} {values['mask']}: the call returned {code}")
+                continue
+            ours = median_ms(ours_call)
             cudnn = median_ms(partial(attention_fwd_cudnn, {"Q": q, "K": k, "V": v}, {}, values, {}))
-            flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
+            flops = family.flops(values)
             rows.append(
                 f"d{d:<4} {values['mask']:<7} {ours:8.3f} ms {cudnn:8.3f} ms {cudnn / ours:6.2f}x {flops / ours / 1e9:6.0f} TFLOP/s"
             )
             print(rows[-1], flush=True)
-    return rows
+    return rows, failures
 
 
 def gemm_call(lib: ctypes.CDLL, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, workspace: torch.Tensor) -> int:
@@ -187,7 +200,7 @@ def gemm_table(lib: ctypes.CDLL, family: Family, ms: list[int]) -> tuple[list[st
             workspace = torch.full((size,), 0xFF, dtype=torch.uint8, device="cuda")
             code = gemm_call(lib, a, b, c, workspace)
             torch.cuda.synchronize()
-            found = compare("C", c, a.float() @ b.float().T, family)
+            found = compare("C", c, gemm({"A": a, "B": b}, {})["C"], family)
             if code or not found.passes(family.matched_ratio):
                 failures.append(f"{task.name} m{m}: code {code}; {found.summary() or 'wrong'}")
             t_ours = median_ms(partial(gemm_call, lib, a, b, c, workspace))
@@ -195,7 +208,7 @@ def gemm_table(lib: ctypes.CDLL, family: Family, ms: list[int]) -> tuple[list[st
             t_cublas = median_ms(partial(torch.matmul, a, b.T, out=out))
             rows.append(
                 f"{task.name:<18} m{m:<6} {t_ours:8.3f} ms {t_cublas:8.3f} ms {t_cublas / t_ours:6.2f}x "
-                f"{2 * m * n * k / t_ours / 1e9:6.0f} TFLOP/s  code {code} wrong {found.wrong}"
+                f"{family.flops({'M': m, 'N': n, 'K': k}) / t_ours / 1e9:6.0f} TFLOP/s  code {code} wrong {found.wrong}"
             )
             print(rows[-1], flush=True)
     return rows, failures
@@ -215,6 +228,8 @@ if __name__ == "__main__":
         print("task               shape    ours         cuBLAS       speedup  ours", *rows, sep="\n")
         sys.exit(1 if failures else 0)
     failures = check_cases(lib, family)
-    rows = timing(lib) if not failures else []
+    rows, failed_timing = timing(lib, family) if not failures else ([], [])
+    failures += failed_timing
     print("\n== failures" if failures else "\n== all checks passed", *failures, sep="\n")
     print("task        ours        cuDNN      speedup  ours", *rows, sep="\n")
+    sys.exit(1 if failures else 0)

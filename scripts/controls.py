@@ -141,8 +141,15 @@ def attention_baselines() -> list[str]:
                 task = next(t for t in family.tasks if t.name == f"{family_name}-d128-{mask}")
                 prepared = stages.prepare(family, task, {"B": 4, "H": 48, "S": 4096}, "b4-h48-s4096")
                 trusted = stages.trusted()
-                trusted.request({"op": "time", "key": prepared.key, "runs": WARMUP, "first": 0}, TRUSTED_TIMEOUT)
-                reply = trusted.request({"op": "time", "key": prepared.key, "runs": 50, "first": 1}, TRUSTED_TIMEOUT)
+                warm = trusted.request({"op": "time", "key": prepared.key, "runs": WARMUP, "first": 0}, TRUSTED_TIMEOUT)
+                reply = (
+                    warm
+                    if not warm["ok"]
+                    else trusted.request({"op": "time", "key": prepared.key, "runs": 50, "first": 1}, TRUSTED_TIMEOUT)
+                )
+                if not reply["ok"]:
+                    lines.append(f"{task.name} b4-h48-s4096: the baseline failed: {reply['error']}")
+                    continue
                 spans = [r["span_ms"] for r in reply["runs"]]
                 kernels = sorted({k["name"][:50] for r in reply["runs"] for k in r["kernels"]})
                 lines.append(

@@ -91,8 +91,8 @@ def run_case(lib: ctypes.CDLL, case: dict[str, Any]) -> dict[str, Any]:
             raise RuntimeError(f"ptxbench_attention_bwd returned cudaError {rc}")
 
     result: dict[str, Any] = {"errors": {}, "bad": {}}
-    for _ in range(2):  # a second call must not depend on what the first left in the workspace
-        workspace.fill_(0xFF)  # NaN as fp32: the kernel must initialise what it accumulates into
+    workspace.fill_(0xFF)  # NaN as fp32: the kernel must initialise what it accumulates into
+    for _ in range(2):  # and the second call must not depend on what the first left in the workspace
         for t in outs.values():
             t.fill_(float("nan"))
         call()

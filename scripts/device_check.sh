@@ -49,4 +49,4 @@ echo "== probes"; cat "$out/probes.txt"
 echo "== GPU tests (rc $gpu_rc, $((mid - start)) s)"; grep -E "PASSED|FAILED|SKIPPED|ERROR|passed|failed" "$out/gpu-tests.log" | tail -n 14
 echo "== main job (rc $main_rc, $((end - mid)) s)"; sed -n '/= ptxbench =/,$p' "$out/main-job.log" | head -n 12
 echo "== sandboxed main job (rc $sandbox_rc)"; grep -E "passed|failed|skipped" "$out/sandboxed.log" | tail -n 2
-echo "== controls (rc $controls_rc)"; tail -n 8 "$out/controls.log"
+echo "== controls (rc $controls_rc)"; tail -n 14 "$out/controls.log"
