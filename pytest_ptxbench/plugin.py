@@ -17,6 +17,7 @@ from .session import Harness
 from .summary import PROPERTY, render, summary_row
 from .targets import TARGETS
 from .task.cases import Case
+from .toolchain import RELEASE_TOOLS, describe, release_warning
 from .verdict import Outcome
 
 HARNESS = pytest.StashKey[Harness]()
@@ -128,11 +129,13 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     harness = config.stash[HARNESS]
     s = harness.settings
     devices = ", ".join(f"{d.index}: {d.name} ({d.arch}, driver {d.driver})" for d in harness.devices) or "none"
-    tools = ", ".join(f"{n} {t.version}" if t else f"{n} none" for n, t in harness.tools.items())
+    tools = harness.tools
+    mixed = release_warning({n: t.version for n, t in tools.items() if t and n in RELEASE_TOOLS})
     return [
         f"ptxbench: model={s['model']} target={s['gpu']} shapes={s['shapes']} seed={s['seed']} out={harness.run.path}",
         f"ptxbench devices: {devices}",
-        f"ptxbench tools: {tools}",
+        f"ptxbench tools: {describe(tools)}",
+        *([f"ptxbench WARNING: {mixed}"] if mixed else []),
     ]
 
 

@@ -196,7 +196,10 @@ class Harness:
             lambda: {
                 "settings": self.settings,
                 "task_set": task_set_hash([f.file for f in families]),
-                "tools": {n: {"path": str(t.path), "version": t.version} if t else None for n, t in self.tools.items()},
+                "tools": {
+                    n: {"path": str(t.path), "origin": t.origin, "version": t.version} if t else None
+                    for n, t in self.tools.items()
+                },
                 "devices": [vars(d) for d in self.devices],
                 "clocks": read_clocks(),
             }

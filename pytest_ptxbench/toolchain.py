@@ -1,27 +1,38 @@
-"""Finding the CUDA tools, one by one: `$CUDA_HOME/bin`, then `PATH`, then NVIDIA's PyPI wheels, then
-the toolkit's usual home `/usr/local/cuda`."""
+"""Finding the CUDA tools. Every tool is looked for in the same order, so that nvcc, cuobjdump and nvdisasm
+come from one toolkit wherever that toolkit has them all:
+
+1. `$CUDA_HOME/bin` (or `$CUDA_PATH/bin`): a toolkit chosen on purpose;
+2. NVIDIA's wheels in this Python environment (`site-packages/nvidia/cu13/bin`, the `toolchain` extra);
+3. `PATH`;
+4. `/usr/local/cuda/bin`, a toolkit's usual home.
+
+A tool the first toolkit lacks (ncu and compute-sanitizer have no wheel) comes from the next place that
+has it; `release_warning` says when the CUDA tools found belong to different releases.
+"""
 
 from __future__ import annotations
 
 import functools
 import os
 import re
-import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 TOOLS = ("nvcc", "cuobjdump", "nvdisasm", "ncu", "compute-sanitizer")
-# Where NVIDIA's wheels put their binaries inside site-packages (CUDA 13 and 12 layouts).
-_WHEEL_BIN_DIRS = ("nvidia/cu13/bin", "nvidia/cuda_nvcc/bin", "nvidia/cuda_cuobjdump/bin", "nvidia/cuda_nvdisasm/bin")
+RELEASE_TOOLS = ("nvcc", "cuobjdump", "nvdisasm")  # one CUDA release each: their versions should agree
+# The CUDA runtime candidates link (by this name, from nvcc's own toolkit: wheels ship no `libcudart.so`).
+RUNTIME_LIBRARY = "libcudart.so.13"
+DEFAULT_HOME = Path("/usr/local/cuda")
 
 
 @dataclass(frozen=True)
 class Tool:
     name: str
     path: Path
-    origin: str  # "CUDA_HOME", "PATH", "wheel" or "default"
+    origin: str  # "CUDA_HOME", "wheel", "PATH" or "default" (/usr/local/cuda)
 
     @functools.cached_property
     def version(self) -> str:
@@ -39,25 +50,51 @@ class Tool:
 
 
 def find_tool(name: str) -> Tool | None:
-    """The first `name` found under `$CUDA_HOME/bin`, on `PATH`, in an installed NVIDIA wheel, or in
-    `/usr/local/cuda/bin`."""
+    """The first `name` in the search order of this module's docstring."""
+    for origin, folder in _bin_folders():
+        if _is_exe(folder / name):
+            return Tool(name, folder / name, origin)
+    return None
+
+
+def _toolkit_homes() -> list[tuple[str, Path]]:
+    """(origin, toolkit folder) of `$CUDA_HOME` and the installed NVIDIA wheels, in search order."""
     cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    if cuda_home and _is_exe(Path(cuda_home, "bin", name)):
-        return Tool(name, Path(cuda_home, "bin", name), "CUDA_HOME")
-    on_path = shutil.which(name)
-    if on_path:
-        return Tool(name, Path(on_path), "PATH")
-    for entry in sys.path:
-        for sub in _WHEEL_BIN_DIRS:
-            candidate = Path(entry or ".", sub, name)
-            if _is_exe(candidate):
-                return Tool(name, candidate, "wheel")
-    default = Path("/usr/local/cuda/bin", name)
-    return Tool(name, default, "default") if _is_exe(default) else None
+    homes = [("CUDA_HOME", Path(cuda_home))] if cuda_home else []
+    wheels = dict.fromkeys(Path(entry, "nvidia", "cu13") for entry in sys.path if entry)
+    return homes + [("wheel", home) for home in wheels if home.is_dir()]
+
+
+def _bin_folders() -> list[tuple[str, Path]]:
+    on_path = [("PATH", Path(entry or ".")) for entry in os.environ.get("PATH", os.defpath).split(os.pathsep)]
+    return [(origin, home / "bin") for origin, home in _toolkit_homes()] + on_path + [("default", DEFAULT_HOME / "bin")]
 
 
 def _is_exe(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
+
+
+def release_warning(versions: Mapping[str, str]) -> str | None:
+    """For {tool: version} of the RELEASE_TOOLS found: a warning when they come from different CUDA releases
+    (major.minor; patch levels differ within one release), else None."""
+    releases = {name: ".".join(v.split(".")[:2]) for name, v in versions.items() if v != "unknown"}
+    if len(set(releases.values())) < 2:
+        return None
+    found = ", ".join(f"{name} {versions[name]}" for name in releases)
+    return f"the CUDA tools come from different releases ({found}): use one toolkit that has them all (CUDA_HOME or the toolchain extra)"
+
+
+def describe(tools: Mapping[str, Tool | None]) -> str:
+    """`nvcc 13.5.37, cuobjdump 13.5.37 (wheel, /…/nvidia/cu13/bin); ncu not found`: each tool's version, and
+    where it came from, once per folder."""
+    groups: dict[tuple[str, Path] | None, list[str]] = {}
+    for name, tool in tools.items():
+        key = (tool.origin, tool.path.parent) if tool else None
+        groups.setdefault(key, []).append(f"{name} {tool.version}" if tool else name)
+    return "; ".join(
+        f"{', '.join(names)} ({key[0]}, {key[1]})" if key else f"{', '.join(names)} not found"
+        for key, names in groups.items()
+    )
 
 
 def driver_library() -> Path | None:
@@ -76,16 +113,9 @@ def driver_library() -> Path | None:
     return None
 
 
-_WHEEL_LIB_DIRS = ("nvidia/cu13/lib", "nvidia/cuda_runtime/lib")
-
-
 def find_library(name: str) -> Path | None:
     """A CUDA library (`libcudart.so.13`) under `$CUDA_HOME`, in an installed NVIDIA wheel, or in
-    `/usr/local/cuda`."""
-    folders = []
-    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    if cuda_home:
-        folders += [Path(cuda_home, "lib64"), Path(cuda_home, "lib")]
-    folders += [Path(entry or ".", sub) for entry in sys.path for sub in _WHEEL_LIB_DIRS]
-    folders += [Path("/usr/local/cuda/lib64"), Path("/usr/local/cuda/lib")]
+    `/usr/local/cuda`: the tools' order, without `PATH`."""
+    homes = [home for _, home in _toolkit_homes()] + [DEFAULT_HOME]
+    folders = [home / sub for home in homes for sub in ("lib64", "lib")]
     return next((folder / name for folder in folders if (folder / name).is_file()), None)

@@ -13,7 +13,7 @@ from ..candidate import Candidate
 from ..parsers import ptxas
 from ..targets import Target
 from ..task.catalogue import Launcher
-from ..toolchain import driver_library, find_tool
+from ..toolchain import RUNTIME_LIBRARY, driver_library, find_tool
 from ..verdict import Status, Verdict
 
 CONTRACT_HEADER = """\
@@ -37,8 +37,12 @@ def flags(target: Target) -> list[str]:
         "-shared",
         "-Xcompiler",
         "-fPIC",
+        # The shared runtime by its versioned name, from nvcc's own toolkit: `-cudart shared` would need the
+        # unversioned `libcudart.so`, which NVIDIA's wheels do not ship.
         "-cudart",
-        "shared",
+        "none",
+        "-Xlinker",
+        f"-l:{RUNTIME_LIBRARY}",
         "--ptxas-options=-v",
     ]
 
@@ -49,7 +53,7 @@ def build(candidate: Candidate, launcher: Launcher, target: Target, workdir: Pat
         return Verdict(
             "build",
             Status.TOOL_UNAVAILABLE,
-            "requires nvcc (CUDA_HOME, PATH or the nvidia-cuda-nvcc wheel), found none",
+            "requires nvcc (CUDA_HOME, the nvidia-cuda-nvcc wheel, PATH or /usr/local/cuda), found none",
         )
     workdir.mkdir(parents=True, exist_ok=True)
     source = workdir / "candidate.cu"
