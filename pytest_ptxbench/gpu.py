@@ -1,8 +1,10 @@
-"""The GPU stages of one candidate on one shape: check → profile → sanitize → time.
+"""The GPU stages of one candidate on one shape: capture → check → profile → sanitize → time.
 
-The pytest process only orchestrates: the trusted child (torch) makes inputs, references and baseline
-times; a fresh evaluation child per candidate runs the library; ncu and compute-sanitizer run it in
-one-shot children. Outputs are compared here, never in a process that holds the candidate.
+The pytest process only orchestrates. The candidate's host code runs in one place: the capture child
+(sandboxed), which records the launcher's launches at two buffer placements as data. Everything measured
+runs in harness code: the runner replays those launches from the cubins the harness extracted (check,
+time, and under ncu and compute-sanitizer for profile and sanitize); the trusted child (torch) makes
+inputs, references and baseline times. Outputs are compared here, never in a child.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from typing import Any
 from .candidate import Candidate
 from .checkout import CheckoutGuard
 from .child import wire
+from .replay.capturing import Captured, CaptureFailed, buffer_sizes, capture
+from .replay.client import Runner, RunnerFailed
+from .replay.timer import interleave
 from .stages import check, profile, sanitize, timing
 from .targets import Target
 from .task.catalogue import AxisValue, Family, Shape, Task
@@ -28,7 +33,6 @@ from .verdict import Status, Verdict
 from .workers import PACKAGE_ROOT, Child, ChildFailed, Sandbox, child_command, child_environment, make_sandbox
 
 TRUSTED_TIMEOUT = 900.0  # input sets and fp32 references of a large shape
-BLOCKS = 5  # timed runs alternate baseline and candidate in this many blocks each
 
 
 @dataclass(frozen=True)
@@ -63,26 +67,28 @@ class GpuStages:
         self.settings = settings
         self.run_dir = run_dir
         self._trusted: Child | None = None
-        self._cached: dict[tuple[str, str, str], Verdict] = {}  # profile and sanitize, per (stage, kernel, task)
+        self._captures: dict[tuple[str, str], Captured] = {}  # per (candidate, task/shape)
+        self._coverage: dict[tuple[str, str, str], list[Verdict]] = {}  # profile and sanitize runs so far
         # kernels that changed the checkout: every later evaluation fails too, whatever it reuses from caches
         self._tampered: dict[str, Verdict] = {}
         shm = Path("/dev/shm")
         self.scratch = Path(tempfile.mkdtemp(prefix="ptxbench-", dir=shm if shm.is_dir() else None))
-        self.references = self.scratch / "references"  # written by the trusted child, hidden from candidates
-        self.references.mkdir()
+        # input sets, references and replayed outputs: written by harness processes, hidden from the capture child
+        self.private = self.scratch / "private"
+        self.references = self.private / "references"
+        self.references.mkdir(parents=True)
         mode = settings["sandbox"]
         self.sandbox = (
-            make_sandbox([PACKAGE_ROOT, Path.cwd()], [run_dir, self.scratch], hidden=[self.references])
+            make_sandbox([PACKAGE_ROOT, Path.cwd(), run_dir], [self.scratch], hidden=[self.private])
             if mode != "off"
             else Sandbox((), "none: --ptx-sandbox=off")
         )
         if mode == "namespaces" and not self.sandbox.prefix:
             self.close()
             raise ValueError(f"--ptx-sandbox=namespaces cannot confine children here: {self.sandbox.description}")
-        trees = {
-            (root / name).resolve() for root in (PACKAGE_ROOT, Path.cwd()) for name in ("pytest_ptxbench", "tasks")
-        }
-        self.guard = CheckoutGuard(Path.cwd(), tuple(sorted(t for t in trees if t.is_dir())))
+        # the working directory and the package's own checkout, whole (of an installed package, its folder)
+        package = PACKAGE_ROOT if (PACKAGE_ROOT / "pyproject.toml").is_file() else PACKAGE_ROOT / "pytest_ptxbench"
+        self.guard = CheckoutGuard(Path.cwd().resolve(), (package.resolve(),), (run_dir.resolve(),))
 
     def close(self) -> None:
         if self._trusted is not None:
@@ -123,7 +129,7 @@ class GpuStages:
                 "params": params,
                 "values": values,
                 "seed": self.settings["seed"],
-                "folder": str(self.scratch / "sets" / key),
+                "folder": str(self.private / "sets" / key),
                 "references": str(self.references / key),
                 "distributions": [{"name": d.name, **d.params} for d in family.distributions],
             },
@@ -150,76 +156,110 @@ class GpuStages:
         if candidate.digest in self._tampered:
             return [self._tampered[candidate.digest]]
         settings = {**self.settings, **(overrides or {})}  # a test's own runs, warm-ups, call timeout
-        library = Path(static[0].data["library"])
-        own = dict(static[1].data["kernels"])  # mangled → readable
+        code = Code.of(static)
         try:
             prepared = self.prepare(family, task, dict(shape.values), shape.id)
         except ChildFailed as exc:
             return [Verdict("check", Status.TOOL_UNAVAILABLE, f"no reference: {exc}")]
-        folder = self.scratch / "candidates" / candidate.digest / prepared.key
-        env = child_environment(folder)
-        load = self._load_request(family, library, prepared)
+        timeout = float(settings["call_timeout"])
         before = self.guard.snapshot()
-        child = Child("candidate", folder, env, prefix=self.sandbox.prefix)
-        try:
-            verdicts = [self._check(child, load, family, prepared, folder, float(settings["call_timeout"]))]
-            if verdicts[0].passed:
-                verdicts.append(self._once("profile", candidate, family, task, target, shape, own, library))
-                verdicts.append(self._once("sanitize", candidate, family, task, target, shape, own, library))
-                verdicts.append(self._time(child, family, task, target, shape, own, folder, settings))
-        finally:
-            child.close()
+        verdicts = self._stages(candidate, family, task, target, shape, code, prepared, settings, timeout)
         judged = self.guard.judge(before, verdicts)
         if judged is not verdicts:
             self._tampered[candidate.digest] = judged[0]
         return judged
 
-    def _load_request(self, family: Family, library: Path, prepared: Prepared) -> dict[str, Any]:
-        cudart = find_library("libcudart.so.13")
+    def _stages(
+        self,
+        candidate: Candidate,
+        family: Family,
+        task: Task,
+        target: Target,
+        shape: Shape,
+        code: Code,
+        prepared: Prepared,
+        settings: Mapping[str, Any],
+        timeout: float,
+    ) -> list[Verdict]:
+        started = time.monotonic()
+        try:
+            captured = self._capture(candidate, family, code, prepared, timeout)
+        except CaptureFailed as exc:
+            return [Verdict("check", Status.FAILED, str(exc), {"stage": "capture"}, time.monotonic() - started)]
+        captured_at = time.monotonic()
+        folder = self.private / "candidates" / candidate.digest / prepared.key
+        try:
+            runner = Runner(folder, self._load(code, prepared, captured), self._sets(prepared), timeout)
+        except RunnerFailed as exc:
+            return [Verdict("check", Status.FAILED, str(exc), seconds=time.monotonic() - started)]
+        overhead = {"capture_seconds": captured_at - started, "runner_seconds": time.monotonic() - captured_at}
+        try:
+            verdicts = [self._check(runner, family, prepared, started)]
+            verdicts[0].data.update(overhead)
+            if verdicts[0].passed:
+                kernels = captured.lists[0].kernels
+                names = frozenset(k.name for k in kernels)
+                verdicts.append(self._covered("profile", candidate, family, task, target, shape, code, names))
+                verdicts.append(self._covered("sanitize", candidate, family, task, target, shape, code, names))
+                verdicts.append(self._time(runner, family, task, target, shape, code, settings))
+        finally:
+            runner.close()
+        return verdicts
+
+    def _capture(
+        self, candidate: Candidate, family: Family, code: Code, prepared: Prepared, timeout: float
+    ) -> Captured:
+        """The launch lists of one shape, captured once per candidate (profile and sanitize reuse them)."""
+        key = (candidate.digest, prepared.key)
+        if key not in self._captures:
+            request = {
+                "cudart": str(find_library("libcudart.so.13")),
+                "library": str(code.library),
+                "launcher": family.launcher.name,
+                "params": prepared.params,
+                "inputs": [p["name"] for p in prepared.params if p["role"] == "input"],
+            }
+            sizes = buffer_sizes(prepared.params, wire.ITEMSIZE, int(family.workspace_bytes(prepared.values)))
+            folder = self.scratch / "captures" / candidate.digest / prepared.key
+            self._captures[key] = capture(request, sizes, set(code.own), folder, self.sandbox, timeout)
+        return self._captures[key]
+
+    def _load(self, code: Code, prepared: Prepared, captured: Captured) -> dict[str, Any]:
         return {
-            "op": "load",
-            "cudart": str(cudart),
-            "library": str(library),
-            "launcher": family.launcher.name,
+            "cudart": str(find_library("libcudart.so.13")),
             "params": prepared.params,
-            "workspace_bytes": int(family.workspace_bytes(prepared.values)),
+            "cubins": [{"path": str(c.path), "sha256": c.sha256} for c in code.cubins],
+            **captured.to_load(),
         }
 
-    def _check(
-        self, child: Child, load: dict[str, Any], family: Family, prepared: Prepared, folder: Path, timeout: float
-    ) -> Verdict:
-        started = time.monotonic()
+    @staticmethod
+    def _sets(prepared: Prepared) -> list[dict[str, str]]:
+        return [s["inputs"] for s in prepared.sets]
+
+    def _check(self, runner: Runner, family: Family, prepared: Prepared, started: float) -> Verdict:
+        """Every input set at the first placement, then the first set at the second under another poison."""
         comparisons: list[check.Comparison] = []
         changed: list[str] = []
         overruns: list[str] = []
-        runs = [(i, check.POISONS[0]) for i in range(len(prepared.sets))] + [(0, check.POISONS[1])]
+        runs = [(0, i, check.POISONS[0]) for i in range(len(prepared.sets))] + [(1, 0, check.POISONS[1])]
         try:
-            for request in (load, {"op": "sets", "sets": [s["inputs"] for s in prepared.sets]}):
-                reply = child.request(request, timeout)
-                if not reply["ok"]:
-                    return Verdict(
-                        "check", Status.FAILED, f"{request['op']}: {reply['error']}", seconds=time.monotonic() - started
-                    )
-            for index, poison in runs:
-                out = folder / f"check-{index}-{poison:02x}"
-                reply = child.request({"op": "check", "set": index, "poison": poison, "outputs_dir": str(out)}, timeout)
-                if not reply["ok"]:
-                    return Verdict("check", Status.FAILED, reply["error"], seconds=time.monotonic() - started)
-                changed += reply["inputs_changed"]
-                overruns += reply["overruns"]
-                label = f"{prepared.labels[index]}, poison 0x{poison:02X}"
-                comparisons += self.compare_saved(family, prepared, index, reply["outputs"], label, poison)
-        except ChildFailed as exc:
+            for placement, index, poison in runs:
+                checked = runner.check(placement, index, poison)
+                changed += checked.inputs_changed
+                overruns += checked.overruns
+                label = f"{prepared.labels[index]}, placement {placement}, poison 0x{poison:02X}"
+                comparisons += self.compare_saved(family, prepared, index, checked.outputs, label, poison)
+        except RunnerFailed as exc:
             return Verdict("check", Status.FAILED, str(exc), seconds=time.monotonic() - started)
         verdict = check.verdict(comparisons, family.matched_ratio, changed, overruns, time.monotonic() - started)
         verdict.data["sandbox"] = self.sandbox.description
         return verdict
 
     def compare_saved(
-        self, family: Family, prepared: Prepared, index: int, files: dict[str, str], label: str, poison: int
+        self, family: Family, prepared: Prepared, index: int, files: Mapping[str, str | Path], label: str, poison: int
     ) -> list[check.Comparison]:
         """The saved outputs of one call against the set's references; the files are deleted once read (a
-        shape's outputs reach hundreds of MB, saved up to nine times)."""
+        shape's outputs reach hundreds of MB, saved up to a dozen times)."""
         out = []
         for p in (p for p in prepared.params if p["role"] == "output"):
             shape = tuple(p["shape"])
@@ -232,7 +272,7 @@ class GpuStages:
             )
         return out
 
-    def _once(
+    def _covered(
         self,
         stage: str,
         candidate: Candidate,
@@ -240,90 +280,88 @@ class GpuStages:
         task: Task,
         target: Target,
         shape: Shape,
-        own: dict[str, str],
-        library: Path,
+        code: Code,
+        kernels: frozenset[str],
     ) -> Verdict:
-        """profile (at the first shape evaluated) and sanitize (at the sanitizer shape), once per kernel and task."""
+        """profile or sanitize, so that every kernel a judged shape launches ran under the tool at least once:
+        sanitize at the task's sanitizer shape first, profile at the first shape judged, then each at any
+        shape that launches a kernel not yet covered. A failure stays with the candidate."""
         key = (stage, candidate.digest, task.name)
-        if key in self._cached:
-            return self._cached[key]
+        done = self._coverage.setdefault(key, [])
+        if stage == "sanitize" and not done:
+            done.append(
+                self._once(stage, candidate, family, task, target, dict(family.sanitizer_shape), "sanitizer", code)
+            )
+        covered = frozenset().union(*(v.data.get("covered", ()) for v in done))
+        if not kernels <= covered:
+            done.append(self._once(stage, candidate, family, task, target, dict(shape.values), shape.id, code))
+        failed = [v for v in done if v.status is Status.FAILED]
+        return failed[0] if failed else done[-1]
+
+    def _once(
+        self,
+        stage: str,
+        candidate: Candidate,
+        family: Family,
+        task: Task,
+        target: Target,
+        values: dict[str, AxisValue],
+        label: str,
+        code: Code,
+    ) -> Verdict:
+        """One replay of one shape by the runner under ncu (profile) or compute-sanitizer (sanitize)."""
         tool = find_tool("ncu" if stage == "profile" else "compute-sanitizer")
         if tool is None:
-            return Verdict(
-                stage,
-                Status.TOOL_UNAVAILABLE,
-                f"requires {'ncu' if stage == 'profile' else 'compute-sanitizer'}, found none",
-            )
-        values = dict(shape.values) if stage == "profile" else dict(family.sanitizer_shape)
+            name = "ncu" if stage == "profile" else "compute-sanitizer"
+            return Verdict(stage, Status.TOOL_UNAVAILABLE, f"requires {name}, found none")
+        timeout = float(self.settings["call_timeout"])
         try:
-            prepared = self.prepare(family, task, values, "sanitizer" if stage == "sanitize" else shape.id)
+            prepared = self.prepare(family, task, values, label)
+            captured = self._capture(candidate, family, code, prepared, timeout)
         except ChildFailed as exc:
             return Verdict(stage, Status.TOOL_UNAVAILABLE, f"no inputs: {exc}")
-        folder = self.run_dir / "logs" / candidate.digest / task.name / stage  # plan, result and tool logs are kept
+        except CaptureFailed as exc:
+            return Verdict(stage, Status.FAILED, f"at {label}: {exc}")
+        folder = self.run_dir / "logs" / candidate.digest / task.name / stage / label  # plan, result, tool logs
         folder.mkdir(parents=True, exist_ok=True)
         plan, result = folder / "plan.json", folder / "result.json"
-        plan.write_text(
-            json.dumps(
-                {
-                    "result": str(result),
-                    "requests": [
-                        self._load_request(family, library, prepared),
-                        {"op": "sets", "sets": [prepared.sets[0]["inputs"]]},
-                        {
-                            "op": "check",
-                            "set": 0,
-                            "poison": check.POISONS[0],
-                            "outputs_dir": str(self.scratch / "once" / candidate.digest / stage),
-                        },
-                    ],
-                }
-            )
-        )
-        child = child_command("candidate", "--once", str(plan))
+        outputs = self.private / "once" / candidate.digest / stage
+        requests = [
+            {"op": "load", **self._load(code, prepared, captured)},
+            {"op": "sets", "sets": self._sets(prepared)[:1]},
+            {"op": "check", "placement": 0, "set": 0, "poison": check.POISONS[0], "outputs_dir": str(outputs)},
+        ]
+        plan.write_text(json.dumps({"result": str(result), "requests": requests}))
+        runner = child_command("runner", "--once", str(plan))
         env = child_environment(folder)
         if stage == "profile":
-            verdict = profile.profile(
-                tool,
-                child,
-                plan,
-                result,
-                env,
-                own,
-                family.opcodes.get(target.name, ()),
-                profile.Work(family.flops(prepared.values), family.min_tensor_share),
-                timeout=600,
-            )
-            verdict.data["shape"] = shape.id
+            work = profile.Work(family.flops(prepared.values), family.min_tensor_share)
+            opcodes = family.opcodes.get(target.name, ())
+            verdict = profile.profile(tool, runner, plan, result, env, code.own, opcodes, work, timeout=600)
         else:
-            verdict = sanitize.sanitize(tool, child, plan, result, env, timeout=600)
-            verdict.data["shape"] = dict(family.sanitizer_shape)
-        shutil.rmtree(self.scratch / "once" / candidate.digest / stage, ignore_errors=True)  # outputs nobody reads
-        self._cached[key] = verdict
+            verdict = sanitize.sanitize(tool, runner, plan, result, env, timeout=600)
+        verdict.data["shape"] = label
+        verdict.data["covered"] = sorted({k.name for k in captured.lists[0].kernels})
+        shutil.rmtree(outputs, ignore_errors=True)  # outputs nobody reads
         return verdict
 
     def _time(
         self,
-        child: Child,
+        runner: Runner,
         family: Family,
         task: Task,
         target: Target,
         shape: Shape,
-        own: dict[str, str],
-        folder: Path,
+        code: Code,
         settings: Mapping[str, Any],
     ) -> Verdict:
         started = time.monotonic()
-        try:
-            prepared = self.prepare(family, task, dict(shape.values), shape.id)  # again: profile/sanitize moved on
+        try:  # again: profile and sanitize moved the trusted child on to other shapes
+            prepared = self.prepare(family, task, dict(shape.values), shape.id)
         except ChildFailed as exc:
             return _time_error("baseline", str(exc), started)
         if prepared.unavailable is not None:
             return baseline_unavailable(family, prepared.unavailable, time.monotonic() - started)
-        runs, warmup = int(settings["runs"]), int(settings["warmup"])
-        timeout = float(settings["call_timeout"])
-        per_block = max(1, runs // BLOCKS)
-        candidate_runs: list[dict[str, Any]] = []
-        baseline_runs: list[dict[str, Any]] = []
         rechecks: list[check.Comparison] = []
 
         def baseline(count: int, first: int) -> list[dict[str, Any]]:
@@ -338,58 +376,62 @@ class GpuStages:
             runs: list[dict[str, Any]] = reply["runs"]
             return runs
 
-        def candidate(count: int, first: int, save_last: bool) -> dict[str, Any]:
-            request = {
-                "op": "time",
-                "runs": count,
-                "first": first,
-                "save_last": save_last,
-                "outputs_dir": str(folder / "timed"),
-            }
-            try:
-                reply = child.request(request, timeout)
-            except ChildFailed as exc:
-                reply = {"ok": False, "error": str(exc)}
-            if not reply["ok"]:
-                raise _Stopped(_time_error("candidate", reply["error"], started))
-            return reply
+        def recheck(index: int, files: dict[str, Path]) -> None:
+            i = index % len(prepared.sets)
+            rechecks.extend(self.compare_saved(family, prepared, i, files, f"timed run {index}", check.POISONS[0]))
 
         try:
-            baseline(warmup, 0)
-            candidate(warmup, 0, save_last=False)
-            first = warmup
-            while len(candidate_runs) < runs:
-                count = min(per_block, runs - len(candidate_runs))
-                baseline_runs += baseline(count, first)
-                reply = candidate(count, first, save_last=True)
-                candidate_runs += reply["runs"]
-                for index, files in reply["saved"].items():
-                    i = int(index) % len(prepared.sets)
-                    rechecks += self.compare_saved(family, prepared, i, files, f"timed run {index}", check.POISONS[0])
-                first += count
+            runner.reload()  # device globals (a call counter) start fresh, as in any new process
+            timed = interleave(runner, baseline, int(settings["runs"]), int(settings["warmup"]), recheck)
         except _Stopped as stop:
             return stop.verdict
-        problems = timing.problems_in(candidate_runs, set(own))
+        except RunnerFailed as exc:
+            return _time_error("candidate", str(exc), started)
+        own = code.own
+        problems = timing.problems_in(timed.candidate, set(own))
         drifted = [c.summary() for c in rechecks if not c.passes(family.matched_ratio)]
         if drifted:
             problems.append("outputs of timed runs are wrong: " + "; ".join(drifted))
-        flops = family.flops(prepared.values)
-        nbytes = family.bytes(prepared.values)
+        if timed.overruns:
+            problems.append(f"timed runs wrote past the end of {', '.join(timed.overruns)}")
         data = {
             "libraries": prepared.libraries,
-            "kernels": sorted({own.get(k["name"], k["name"]) for r in candidate_runs for k in r["kernels"]}),
+            "kernels": sorted({own.get(k["name"], k["name"]) for r in timed.candidate for k in r["kernels"]}),
+            "rechecked": timed.rechecked,
         }
         return timing.verdict(
-            timing.series(candidate_runs),
-            timing.series(baseline_runs),
+            timing.series(timed.candidate),
+            timing.series(timed.baseline),
             family.baseline_library,
             target.name,
-            flops,
-            nbytes,
+            family.flops(prepared.values),
+            family.bytes(prepared.values),
             problems,
             data,
             time.monotonic() - started,
         )
+
+
+@dataclass(frozen=True)
+class Cubin:
+    path: Path
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Code:
+    """What the static stages established: the library (its host code only ever runs in the capture child),
+    the candidate's own kernels (mangled → readable) and the cubins the runner loads."""
+
+    library: Path
+    own: dict[str, str]
+    cubins: tuple[Cubin, ...]
+
+    @classmethod
+    def of(cls, static: Sequence[Verdict]) -> Code:
+        built, inspected = static[0], static[1]
+        cubins = tuple(Cubin(Path(c["path"]), c["sha256"]) for c in inspected.data["cubins"])
+        return cls(Path(built.data["library"]), dict(inspected.data["kernels"]), cubins)
 
 
 class _Stopped(Exception):

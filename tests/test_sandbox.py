@@ -129,8 +129,8 @@ def test_the_gpu_stages_hide_their_references_from_candidates(tmp_path: Path) ->
     try:
         if not stages.sandbox.prefix:
             pytest.skip(f"no sandbox on this machine: {stages.sandbox.description}")
-        assert stages.references.is_relative_to(stages.scratch)
-        assert stages.sandbox.description.endswith(f"hidden: {stages.references.resolve()}")
+        assert stages.references.is_relative_to(stages.private)
+        assert stages.sandbox.description.endswith(f"hidden: {stages.private.resolve()}")
     finally:
         stages.close()
 
@@ -144,12 +144,11 @@ def test_a_forged_reply_is_never_taken_for_an_answer(build_and_inspect: BuildAnd
     library = _library(build_and_inspect, "forges_replies.cu", {"write"})
     cudart = find_library("libcudart.so.13")
     assert cudart is not None, "libcudart.so.13 is needed to load the library (the toolchain extra brings it)"
-    load = {"op": "load", "cudart": str(cudart), "library": str(library), "launcher": "ptxbench_gemm"}
-    child = Child("candidate", tmp_path / "child", child_environment(tmp_path / "child"))
+    child = Child("capture", tmp_path / "child", child_environment(tmp_path / "child"))
     try:
         # the library writes its forged reply while it is loaded, before the child can answer
-        with pytest.raises(ChildFailed, match=r"a reply to 'load' without its request's nonce: something other"):
-            child.request({**load, "params": [], "workspace_bytes": 0}, timeout=60)
+        with pytest.raises(ChildFailed, match=r"a reply to 'capture' without its request's nonce: something other"):
+            child.request(_capture_request(cudart, library), timeout=60)
         assert not child.alive
     finally:
         child.close()
@@ -194,10 +193,22 @@ def test_a_candidates_abort_reads_as_sigabrt(
         prefix = made.prefix
     cudart = find_library("libcudart.so.13")
     assert cudart is not None, "libcudart.so.13 is needed to load the library (the toolchain extra brings it)"
-    load = {"op": "load", "cudart": str(cudart), "library": built.data["library"], "launcher": "ptxbench_gemm"}
-    child = Child("candidate", tmp_path / "child", child_environment(tmp_path / "child"), prefix)
+    child = Child("capture", tmp_path / "child", child_environment(tmp_path / "child"), prefix)
     try:
-        with pytest.raises(ChildFailed, match=r"the candidate child died .*\(signal SIGABRT\)"):
-            child.request({**load, "params": [], "workspace_bytes": 0}, timeout=60)
+        with pytest.raises(ChildFailed, match=r"the capture child died .*\(signal SIGABRT\)"):
+            child.request(_capture_request(cudart, Path(built.data["library"])), timeout=60)
     finally:
         child.close()
+
+
+def _capture_request(cudart: Path, library: Path) -> dict[str, object]:
+    """A capture of no buffers: the library is loaded (its constructors run) before anything is mapped."""
+    return {
+        "op": "capture",
+        "cudart": str(cudart),
+        "library": str(library),
+        "launcher": "ptxbench_gemm",
+        "params": [],
+        "placements": [],
+        "poison": 0xFF,
+    }

@@ -33,9 +33,15 @@ class Clock:
         self.stream_id = tracer.stream_id(mark)  # CUPTI's id of the stream the call is given
 
     def runs(
-        self, count: int, first: int, prepare: Callable[[int], None], call: Callable[[], int]
+        self,
+        count: int,
+        first: int,
+        prepare: Callable[[int], None],
+        call: Callable[[], int],
+        after: Callable[[int], None] = lambda i: None,
     ) -> list[dict[str, Any]]:
-        """`count` timed runs; run i uses input set `first + i` (rotated by `prepare`)."""
+        """`count` timed runs; run i uses input set `first + i` (rotated by `prepare`); `after(i)` runs once
+        run i is done, outside the timed region (its outputs are still in place)."""
         rt = self.runtime
         out = []
         for i in range(first, first + count):
@@ -53,6 +59,7 @@ class Clock:
             if code != 0:
                 raise RunFailed(f"the call returned {rt.error_name(code)} ({code}) in run {i}")
             _raise_on(rt, f"in run {i}", fault)
+            after(i)
             out.append(
                 {
                     "index": i,

@@ -78,3 +78,16 @@ def tensor_flops(executed: dict[str, int]) -> float | None:
             rows, cols, depth = (int(g) for g in m.groups())
             total += count / 4 * 2 * rows * cols * depth
     return total if seen else None
+
+
+# FLOPs per lane of the CUDA cores' floating-point arithmetic (MUFU and conversions not counted).
+_SIMT_FLOPS = {"FFMA": 2, "FADD": 1, "FMUL": 1, "FFMA2": 4, "FADD2": 2, "FMUL2": 2, "HFMA2": 4, "HADD2": 2, "HMUL2": 2}
+_SIMT_FLOPS |= {"DFMA": 2, "DADD": 1, "DMUL": 1}
+
+
+def simt_flops(executed: dict[str, int]) -> float:
+    """FLOPs done by the CUDA cores, from warp-level executed counts per mnemonic (32 lanes each: an upper
+    bound, since inactive lanes count too). `HFMA2.MMA` is left out: ptxas uses it to move constants."""
+    return float(
+        sum(count * 32 * _SIMT_FLOPS.get(m.split(".")[0], 0) for m, count in executed.items() if m != "HFMA2.MMA")
+    )

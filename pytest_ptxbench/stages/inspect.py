@@ -8,7 +8,9 @@ no other C-linkage function nor CUDA/CUPTI name (nothing that could shadow the m
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 from pathlib import Path
 
 from .. import allowlist, process
@@ -41,6 +43,7 @@ def inspect(library: Path, target: Target, required: tuple[str, ...], launcher: 
                 "inspect", Status.TOOL_UNAVAILABLE, f"{done.argv[0]} ({what}) {state}: {done.stderr.strip()[-500:]}"
             )
     (library.parent / "sass.txt").write_text(runs["sass"].stdout)
+    cubins = _extract_cubins(cuobjdump.path, library, target.arch, timeout, cuobjdump.env())
     kernels = {n: k for n, k in sass.parse_sass(runs["sass"].stdout).items() if k.arch == target.arch}
     (library.parent / "inventory.json").write_text(
         json.dumps({n: dict(k.opcodes) for n, k in kernels.items()}, indent=1, sort_keys=True)
@@ -51,6 +54,8 @@ def inspect(library: Path, target: Target, required: tuple[str, ...], launcher: 
     found: dict[str, dict[str, list[str]]] = {}
     if not kernels:
         problems.append(f"no {target.arch} kernel in the library")
+    if not cubins:
+        problems.append(f"no {target.arch} cubin could be extracted from the library")
     for pattern in required:
         holders = sass.holders(pattern, kernels)
         if holders:
@@ -89,11 +94,29 @@ def inspect(library: Path, target: Target, required: tuple[str, ...], launcher: 
         "forbidden_libraries": libraries,
         "forbidden_definitions": definitions,
         "cuobjdump": cuobjdump.version,
+        "cubins": cubins,
         "summary": _summary(found),
     }
     if problems:
         return Verdict("inspect", Status.FAILED, "; ".join(problems), data, seconds)
     return Verdict("inspect", Status.PASSED, _summary(found), data, seconds)
+
+
+def _extract_cubins(
+    cuobjdump: Path, library: Path, arch: str, timeout: float, env: dict[str, str]
+) -> list[dict[str, str]]:
+    """The library's cubins for `arch`, extracted into `cubins/` beside it, with their sha256: the runner
+    loads exactly these (and refuses a file that changed), never the library's host code."""
+    folder = library.parent / "cubins"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    done = process.run([str(cuobjdump), "-xelf", "all", str(library.resolve())], timeout, cwd=folder, env=env)
+    if done.returncode != 0:
+        return []
+    return [
+        {"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+        for path in sorted(folder.glob(f"*.{arch}.cubin"))
+    ]
 
 
 def _demangle(mangled: list[str], timeout: float) -> dict[str, str]:

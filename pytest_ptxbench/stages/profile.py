@@ -55,7 +55,7 @@ def profile(
     """`own_kernels`: mangled name → readable name, from inspect."""
     log = plan.with_suffix(".ncu.csv")
     done = process.run([*command(tool, log), *child], timeout, cwd=plan.parent, env=env)
-    child_result = json.loads(result.read_text()) if result.exists() else None
+    child_result = json.loads(result.read_text(errors="replace")) if result.exists() else None
     if done.timed_out:
         return Verdict(
             "profile", Status.FAILED, f"the call did not finish under ncu within {timeout:.0f} s", seconds=done.seconds
@@ -63,7 +63,7 @@ def profile(
     if child_result is None or not child_result.get("ok"):
         error = child_result["error"] if child_result else f"the child died (exit {done.returncode})"
         return Verdict("profile", Status.FAILED, f"the candidate failed under ncu: {error}", seconds=done.seconds)
-    text = log.read_text() if log.exists() else ""
+    text = log.read_text(errors="replace") if log.exists() else ""
     try:
         launches = ncu.parse_raw_csv(text)
     except ncu.NcuParseError as exc:
@@ -86,10 +86,13 @@ def _empty(log: str, returncode: int | None, version: str, seconds: float) -> Ve
 
 @dataclass(frozen=True)
 class Work:
-    """The task's analytic FLOPs at the profiled shape, and the share the tensor cores must do."""
+    """The task's analytic FLOPs at the profiled shape, the share the tensor cores must do, and the share the
+    CUDA cores' floating-point arithmetic must stay under (tensor work on data that never reaches the
+    output, while CUDA cores compute it, is decoy work)."""
 
     flops: float
     min_share: float
+    max_simt_share: float = 0.25
 
 
 def _judge(
@@ -124,12 +127,19 @@ def _judge(
         "mangled": sorted({launch.kernel for launch in launches}),
     }
     tensor = sass.tensor_flops(dict(own_executed))
-    data["tensor_flops"], data["task_flops"] = tensor, work.flops
+    simt = sass.simt_flops(dict(own_executed))
+    data["tensor_flops"], data["simt_flops"], data["task_flops"] = tensor, simt, work.flops
     problems = []
     if tensor is not None and tensor < work.min_share * work.flops:
         problems.append(
             f"the tensor cores did {tensor / work.flops:.0%} of the task's FLOPs ({tensor:.3g} of {work.flops:.3g}); "
             f"at least {work.min_share:.0%} is required"
+        )
+    if simt > work.max_simt_share * work.flops:
+        done = f"the tensor cores did {tensor / work.flops:.0%}, " if tensor is not None else ""
+        problems.append(
+            f"{done}the CUDA cores' arithmetic {simt / work.flops:.0%} of the task's FLOPs ({simt:.3g} of"
+            f" {work.flops:.3g}); at most {work.max_simt_share:.0%} may be CUDA-core work"
         )
     if foreign:
         problems.append(f"kernels outside the candidate's module ran: {', '.join(foreign[:5])}")
@@ -139,5 +149,6 @@ def _judge(
     if problems:
         return Verdict("profile", Status.FAILED, "; ".join(problems), data, seconds)
     share = f"; tensor cores did {tensor / work.flops:.0%} of the FLOPs" if tensor is not None else ""
+    share += f", CUDA cores {simt / work.flops:.0%}"
     data["summary"] = ", ".join(f"{p} x{n}" for p, n in executed.items()) + share
     return Verdict("profile", Status.PASSED, f"executed {data['summary']}", data, seconds)

@@ -34,6 +34,10 @@ def sanitize(
             str(FOUND),
             "--print-limit",
             "20",
+            # the runner is harness code: its driver API errors (cuda-python probing entry points the driver
+            # lacks) are not the candidate's findings
+            "--report-api-errors",
+            "no",
             "--log-file",
             str(log),
             *child,
@@ -41,7 +45,7 @@ def sanitize(
         done = process.run(argv, timeout, cwd=plan.parent, env=env)
         seconds += done.seconds
         report = log.read_text(errors="replace").splitlines() if log.exists() else []
-        child_result = json.loads(result.read_text()) if result.exists() else None
+        child_result = json.loads(result.read_text(errors="replace")) if result.exists() else None
         if done.timed_out:
             findings[name] = [f"did not finish within {timeout:.0f} s"]
         elif done.returncode == FOUND:

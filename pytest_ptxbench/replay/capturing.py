@@ -1,0 +1,97 @@
+"""Capturing one candidate's launches for one shape: the capture child (sandboxed) calls the launcher at
+two buffer placements; the harness validates what came back before anything is replayed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..workers import Child, ChildFailed, Sandbox, child_environment
+from .launches import LaunchList
+from .placement import Placement, place
+
+POISON = 0xFF  # what the capture child's buffers hold: never task data
+PLACEMENTS = 2
+
+
+@dataclass(frozen=True)
+class Captured:
+    """What a launcher does at each placement, checked against the candidate's own kernels."""
+
+    placements: tuple[Placement, ...]
+    lists: tuple[LaunchList, ...]
+
+    @property
+    def kernels(self) -> frozenset[str]:
+        return frozenset(k.name for launches in self.lists for k in launches.kernels)
+
+    def to_load(self) -> dict[str, Any]:
+        return {"placements": [p.to_json() for p in self.placements], "launches": [x.to_json() for x in self.lists]}
+
+
+class CaptureFailed(Exception):
+    """The launcher's launches cannot be replayed; the message says what was found."""
+
+
+def buffer_sizes(
+    params: Sequence[Mapping[str, Any]], itemsize: Mapping[str, int], workspace_bytes: int
+) -> dict[str, int]:
+    sizes = {}
+    for p in params:
+        if p["role"] in ("input", "output"):
+            n = itemsize[p["dtype"]]
+            for dim in p["shape"]:
+                n *= dim
+            sizes[p["name"]] = n
+    sizes["workspace"] = workspace_bytes
+    return sizes
+
+
+def capture(
+    request: dict[str, Any],
+    sizes: dict[str, int],
+    own: set[str],
+    folder: Path,
+    sandbox: Sandbox,
+    timeout: float,
+) -> Captured:
+    """`request`: the library, launcher, parameters and cudart; raises CaptureFailed."""
+    placements = tuple(place(sizes, i) for i in range(PLACEMENTS))
+    env = child_environment(folder, {"CUDA_MODULE_LOADING": "EAGER"})  # no module loads inside the capture
+    child = Child("capture", folder, env, prefix=sandbox.prefix)
+    try:
+        reply = child.request(
+            {**request, "op": "capture", "placements": [p.to_json() for p in placements], "poison": POISON}, timeout
+        )
+    except ChildFailed as exc:
+        raise CaptureFailed(f"capturing the launch: {exc}") from None
+    finally:
+        child.close()
+    if not reply["ok"]:
+        raise CaptureFailed(reply["error"])
+    try:
+        lists = tuple(LaunchList.from_json(raw) for raw in reply["launches"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CaptureFailed(f"the capture child's launch list is malformed: {exc}") from None
+    return validated(lists, placements, set(request["inputs"]), own)
+
+
+def validated(
+    lists: tuple[LaunchList, ...], placements: tuple[Placement, ...], inputs: set[str], own: set[str]
+) -> Captured:
+    """The launch lists the harness agrees to replay; CaptureFailed names everything it refuses."""
+    if [x.placement for x in lists] != [p.index for p in placements]:
+        raise CaptureFailed("the capture child did not return one launch list per placement")
+    problems: list[str] = []
+    for launches, placement in zip(lists, placements, strict=True):
+        if not launches.kernels:
+            problems.append(f"the launcher launched no kernel (placement {placement.index})")
+        problems += launches.problems(placement, set(placement.buffers) - inputs)
+        foreign = sorted({k.name for k in launches.kernels} - own)
+        if foreign:
+            problems.append(f"kernels not in the candidate's own module were launched: {', '.join(foreign[:5])}")
+    if problems:
+        raise CaptureFailed("; ".join(dict.fromkeys(problems)))
+    return Captured(placements, lists)

@@ -1,0 +1,99 @@
+"""The data of trusted replay, on CPU: buffer placements, launch lists and what the harness refuses to replay,
+and the secret recheck schedule. The capture child and the runner themselves run in tests/test_gpu.py."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from pytest_ptxbench.replay.capturing import CaptureFailed, validated
+from pytest_ptxbench.replay.launches import Copy, Kernel, LaunchList, Memset, Upload
+from pytest_ptxbench.replay.placement import ALIGN, GRANULE, RESERVE_ALIGN, TAIL, Placement, place
+from pytest_ptxbench.replay.timer import RECHECKS, recheck_schedule
+
+SIZES = {"A": 256 * 2048 * 2, "B": 128 * 2048 * 2, "C": 256 * 128 * 2 + 6, "workspace": 0}
+
+
+def test_every_buffer_ends_where_its_mapping_ends() -> None:
+    placement = place(SIZES, 0)
+    spans = []
+    for name, b in placement.buffers.items():
+        assert b.nbytes == SIZES[name]
+        assert b.reserve % RESERVE_ALIGN == 0 and b.reserve_bytes % RESERVE_ALIGN == 0
+        assert b.mapped == b.reserve + GRANULE  # an unmapped granule before the mapping
+        assert b.mapped_bytes % GRANULE == 0
+        assert b.pointer % ALIGN == 0 and b.pointer >= b.mapped
+        assert 0 <= b.slack_after < ALIGN  # the buffer's end is within one alignment of the mapping's end
+        assert b.reserve + b.reserve_bytes - (b.mapped + b.mapped_bytes) >= TAIL  # unmapped space after it
+        spans.append((b.reserve, b.reserve + b.reserve_bytes))
+    spans.sort()
+    assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans)), "reservations overlap"
+    assert placement.buffers["A"].slack_after == 0  # a whole number of 256-byte blocks: not one byte of slack
+
+
+def test_placements_are_drawn_anew_and_travel_as_json() -> None:
+    first, second = place(SIZES, 0), place(SIZES, 1)
+    assert {b.pointer for b in first.buffers.values()}.isdisjoint(b.pointer for b in second.buffers.values())
+    assert Placement.from_json(first.to_json()) == first
+    c = first.buffers["C"]
+    assert first.owner(c.pointer, c.nbytes) == c
+    assert first.owner(c.pointer, c.nbytes + 1) is None
+
+
+def _kernel(name: str = "_Z4gemmv") -> Kernel:
+    return Kernel(name, (2, 1, 1), (128, 1, 1), 1024, bytes(range(24)), {"cluster": [2, 1, 1]})
+
+
+def test_launch_lists_round_trip_and_name_what_is_malformed() -> None:
+    placement = place(SIZES, 0)
+    c = placement.buffers["C"]
+    ops = (Memset(c.pointer, 0, 1, c.nbytes, 1, 0), _kernel(), Copy(c.pointer, c.pointer, 4), Upload(c.pointer, b"ab"))
+    launches = LaunchList(0, ops)
+    assert LaunchList.from_json(launches.to_json()) == launches
+    assert launches.kernels == [ops[1]]
+    with pytest.raises(ValueError, match="launch list format 'other/1'"):
+        LaunchList.from_json({**launches.to_json(), "format": "other/1"})
+    raw = launches.to_json()
+    raw["operations"][1]["grid"] = [0, 1, 1]
+    with pytest.raises(ValueError, match=r"grid \[0, 1, 1\]: expected three positive integers"):
+        LaunchList.from_json(raw)
+    raw["operations"][1] = {"op": "host"}
+    with pytest.raises(ValueError, match="unknown operation 'host'"):
+        LaunchList.from_json(raw)
+
+
+def test_what_the_harness_refuses_to_replay() -> None:
+    placements = (place(SIZES, 0), place(SIZES, 1))
+    a, c = placements[0].buffers["A"], placements[0].buffers["C"]
+    good = tuple(LaunchList(p.index, (_kernel(),)) for p in placements)
+    assert validated(good, placements, {"A", "B"}, {"_Z4gemmv"}).kernels == {"_Z4gemmv"}
+    cases = {
+        "a memset writes into A, which the launcher may only read": (Memset(a.pointer, 0, 1, 16, 1, 0), _kernel()),
+        f"a memset writes {c.nbytes + 2} bytes at {c.pointer:#x}, outside the call's buffers": (
+            Memset(c.pointer, 0, 2, c.nbytes // 2 + 1, 1, 0),
+            _kernel(),
+        ),
+        f"a copy reads 8 bytes at {c.end:#x}, outside the call's buffers": (Copy(c.pointer, c.end, 8), _kernel()),
+        "the launcher launched no kernel (placement 0)": (),
+        "kernels not in the candidate's own module were launched: nvjet_sm90_tst": (_kernel("nvjet_sm90_tst"),),
+    }
+    for message, ops in cases.items():
+        lists = (LaunchList(0, ops), good[1])
+        with pytest.raises(CaptureFailed) as refused:
+            validated(lists, placements, {"A", "B"}, {"_Z4gemmv"})
+        assert str(refused.value) == message
+    with pytest.raises(CaptureFailed, match="one launch list per placement"):
+        validated(good[:1], placements, {"A", "B"}, {"_Z4gemmv"})
+
+
+def test_the_rechecked_runs_are_secret_and_enough() -> None:
+    drawn = [recheck_schedule(10, 50) for _ in range(5)]
+    for schedule in drawn:
+        assert len(schedule) == RECHECKS and all(10 <= i < 60 for i in schedule)
+    assert len(set(drawn)) > 1  # two equal draws of 10 of 50 runs: odds of 1 in 10^10
+    assert recheck_schedule(3, 4) == frozenset({3, 4, 5, 6})  # fewer runs than rechecks: every run
+    # a kernel wrong on half of 50 runs escapes 10 rechecks with probability C(25,10) / C(50,10) < 0.1%
+    from math import comb
+
+    assert comb(25, RECHECKS) / comb(50, RECHECKS) < 1e-3
