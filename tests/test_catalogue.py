@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from pytest_ptxbench.agent.prompts import task_card
 from pytest_ptxbench.stages import check
 from pytest_ptxbench.targets import TARGETS
 from pytest_ptxbench.task.catalogue import TaskFileError, load_catalogue, load_family, replace_hidden
-from pytest_ptxbench.task.formula import Formula, FormulaError
+from pytest_ptxbench.task.formula import MAX_LENGTH, MAX_NODES, Formula, FormulaError
 
 from .conftest import TASKS
 
@@ -110,7 +111,9 @@ BROKEN = [
     ("family", 7, "family: expected a string, got 7"),
     ("tasks.3.N", -5, "tasks[3].N: must be positive, got -5"),
     ("tasks.0", {"N": 128, "K": 2048, "Q": 1}, "tasks[0]: unknown axis 'Q'"),
-    ("tasks.1", {"N": 128, "K": 2048}, "tasks: task 'gemm-n128-k2048' is listed twice"),
+    ("tasks.1", {"N": 128, "K": 2048}, "tasks[1]: task 'gemm-n128-k2048' is listed twice (first at tasks[0])"),
+    ("tasks.2.n", 1, "tasks[2]: unknown axis 'n' (axes: ['N', 'K']); did you mean 'N'?"),
+    ("shapes.hidden.3", {"M": 972}, "shapes.hidden[3]: shape 'm972' is listed twice (first at shapes.visible[1])"),
     ("shapes.hidden.0.M", "seventy-", "shapes.hidden[0].M: not a word: 'seventy-'"),
     ("shapes.visible", [], "shapes.visible: empty"),
     ("flops", "2 * M * N * X", "flops: unknown name 'X'"),
@@ -134,6 +137,51 @@ BROKEN = [
     ("task_id", "n{N}", "task_id: 'n{N}' must name each of the axes ['N', 'K'] once"),
     ("not_run_on_hardware", ["a100"], "not_run_on_hardware: unknown target 'a100'"),
     ("sanitizer_shape", {"N": 3}, "sanitizer_shape: unknown axis 'N'"),
+    # misspelt or unknown fields, at every level, with the closest known name
+    ("min_tensor_shar", 0.5, "min_tensor_shar: unknown field (known: family, description, axes, task_id, "),
+    ("min_tensor_shares", 0.5, "; did you mean 'min_tensor_share'?"),
+    ("not_run_on_hardwre", ["b200"], "not_run_on_hardwre: unknown field (known: family, "),
+    ("axes.tasks", ["N"], "axes.tasks: unknown field (known: task, shape); did you mean 'task'?"),
+    ("shapes.hiden", [{"M": 5}], "shapes.hiden: unknown field (known: visible, hidden); did you mean 'hidden'?"),
+    (
+        "launcher.return",
+        "int",
+        "launcher.return: unknown field (known: name, returns, params); did you mean 'returns'?",
+    ),
+    ("launcher.params.0.dtyp", "bf16", "launcher.params[0].dtyp: unknown field (known: name, type, role, dtype, "),
+    (
+        "launcher.params.0.value",
+        "M",
+        "launcher.params[0].value: only a scalar takes a value, this parameter is 'input'",
+    ),
+    ("tolerances.bf16.Atol", 0.1, "tolerances.bf16.Atol: unknown field (known: atol, rtol); did you mean 'atol'?"),
+    (
+        "tolerances.bf61",
+        {"atol": 0, "rtol": 0},
+        "tolerances.bf61: unknown dtype (known: bf16, fp16, fp32); did you mean",
+    ),
+    ("opcodes.h10", ["HGMMA"], "opcodes.h10: unknown target (known: h100, b200); did you mean 'h100'?"),
+    (
+        "inputs.2.outlier_frac",
+        0.1,
+        "inputs[2].outlier_frac: not a parameter of 'spiky' (known: ['outlier_fraction', 'outlier_scale', 'std']); "
+        "did you mean 'outlier_fraction'?",
+    ),
+    # formulas are evaluated on every task and shape when the file loads, within bounds
+    (
+        "workspace_bytes",
+        "4 * M * N // (M - 70)",
+        "workspace_bytes: '4 * M * N // (M - 70)' for gemm-n128-k2048: '4 * M * N // (M - 70)' divides by zero, "
+        "on shapes.hidden[0] (m70)",
+    ),
+    (
+        "launcher.params.3.value",
+        "M ** 40",
+        "launcher.params[3].value: 'M ** 40' for gemm-n128-k2048: 'M ** 40' exceeds 1e+30 in magnitude, "
+        "on shapes.visible[0] (m8192)",
+    ),
+    ("flops", "M * 1e999", "flops: constant 1e999 in 'M * 1e999': words and numbers up to 1e+30 only"),
+    ("bytes", "'many' if M > 0 else 2", "is the word 'many', not a number, on shapes.visible[0] (m8192)"),
 ]
 
 
@@ -145,6 +193,71 @@ def test_malformed_task_file_names_file_field_and_value(tmp_path: Path, path: st
         load_family(target)
     assert str(caught.value).startswith(f"{target}: ")
     assert message in str(caught.value)
+
+
+GEMM_TEXT = (TASKS / "gemm.yaml").read_text()
+_LINES = GEMM_TEXT.splitlines()
+FLOPS_LINE = next(i for i, line in enumerate(_LINES, 1) if line.startswith("flops:"))
+SANITIZER = "sanitizer_shape: {M: 200}"
+NOT_PLAIN_YAML = [
+    (GEMM_TEXT + "flops: 1\n", f"line {len(_LINES) + 1}: key 'flops' is given twice (first on line {FLOPS_LINE})"),
+    (GEMM_TEXT.replace(SANITIZER, "sanitizer_shape: {M: 200, M: 300}"), "key 'M' is given twice"),
+    (GEMM_TEXT.replace(SANITIZER, "sanitizer_shape: &small {M: 200}"), "anchor &small is not allowed"),
+    (GEMM_TEXT.replace(SANITIZER, "sanitizer_shape: {<<: {M: 200}}"), "the merge key << is not allowed"),
+    (GEMM_TEXT + "deep: " + "[" * 5000 + "]" * 5000 + "\n", "nested deeper than 32 levels"),
+    (GEMM_TEXT.replace("{M: 200}", "{M: 1" + "0" * 5000 + "}"), "not valid YAML: Exceeds the limit (4300 digits)"),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), NOT_PLAIN_YAML, ids=[m.split(":")[-1][:24] for _, m in NOT_PLAIN_YAML])
+def test_a_task_file_is_plain_yaml(tmp_path: Path, text: str, message: str) -> None:
+    target = tmp_path / "gemm.yaml"
+    target.write_text(text)
+    with pytest.raises(TaskFileError) as caught:
+        load_family(target)
+    assert str(caught.value).startswith(f"{target}: ") and message in str(caught.value)
+
+
+def test_an_unreadable_task_file(tmp_path: Path) -> None:
+    target = tmp_path / "gemm.yaml"
+    target.write_bytes(GEMM_TEXT.encode().replace(b"bf16 inputs", b"bf16 \xff inputs"))
+    with pytest.raises(TaskFileError, match=r"gemm\.yaml: not UTF-8 text: byte 0xff at offset \d+"):
+        load_family(target)
+    target.unlink()
+    target.mkdir()
+    with pytest.raises(TaskFileError, match=r"gemm\.yaml: cannot read: Is a directory"):
+        load_family(target)
+
+
+def _seconds(call: Any) -> float:
+    start = time.monotonic()
+    call()
+    return time.monotonic() - start
+
+
+def test_an_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
+    """Nine levels of nine aliases: 9**9 strings once expanded, refused at the first anchor instead."""
+    bomb = ["lols:", "  - &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    bomb += [f"  - &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    target = tmp_path / "gemm.yaml"
+    target.write_text(GEMM_TEXT + "\n".join(bomb) + "\n")
+    with pytest.raises(TaskFileError) as caught:
+        assert _seconds(lambda: load_family(target)) < 5
+    assert str(caught.value) == f"{target}: line {len(_LINES) + 2}: anchor &a0 is not allowed (no anchors or aliases)"
+    target.write_text(GEMM_TEXT.replace(SANITIZER, "sanitizer_shape: *small"))
+    with pytest.raises(TaskFileError, match=r"gemm\.yaml: line \d+: alias \*small is not allowed"):
+        load_family(target)
+
+
+def test_a_formula_bomb_is_refused_at_once(tmp_path: Path) -> None:
+    target = tmp_path / "gemm.yaml"
+    target.write_text(GEMM_TEXT.replace("flops: 2 * M * N * K", "flops: 9 ** 9 ** 9 ** 9"))
+    with pytest.raises(TaskFileError) as caught:
+        assert _seconds(lambda: load_family(target)) < 5
+    assert str(caught.value) == (
+        f"{target}: flops: '9 ** 9 ** 9 ** 9' for gemm-n128-k2048: exponent 387420489 in '9 ** 9 ** 9' is beyond ±64, "
+        "on shapes.visible[0] (m8192)"
+    )
 
 
 def test_invalid_yaml(tmp_path: Path) -> None:
@@ -174,6 +287,76 @@ def test_hidden_shapes_from_a_file_given_at_run_time(tmp_path: Path) -> None:
     shapes.write_text("gemv: [{M: 1}]\n")
     with pytest.raises(TaskFileError, match=r"shapes\.yaml: gemv: unknown family"):
         replace_hidden(load_catalogue(TASKS), shapes)
+
+
+BAD_SHAPES_FILES = [
+    ("gemm: [{M: 77}, {M: 77}]\n", "gemm[1]: shape 'm77' is listed twice (first at gemm[0])"),
+    ("gemm: [{M: 77}, {M: 8192}]\n", f"gemm[1]: shape 'm8192' is listed twice (first at shapes.visible[0] of {TASKS}"),
+    ("gemm: [{M: 77}]\ngemm: [{M: 78}]\n", "line 2: key 'gemm' is given twice (first on line 1)"),
+    ("gemm: &s [{M: 77}]\n", "line 1: anchor &s is not allowed"),
+    ("gem: [{M: 77}]\n", "gem: unknown family (known: attention_bwd, attention_fwd, gemm); did you mean 'gemm'?"),
+    ("gemm: [{m: 77}]\n", "gemm[0]: unknown axis 'm' (axes: ['M']); did you mean 'M'?"),
+    (
+        "gemm: [{M: 10000000000000000000000000000}]\n",
+        f"gemm[0]: makes flops of {TASKS / 'gemm.yaml'} fail: '2 * M * N * K' for gemm-n128-k2048: '2 * M * N' exceeds",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), BAD_SHAPES_FILES, ids=[m.split(":")[0] for _, m in BAD_SHAPES_FILES])
+def test_a_bad_shapes_file_names_file_field_and_value(tmp_path: Path, text: str, message: str) -> None:
+    shapes = tmp_path / "shapes.yaml"
+    shapes.write_text(text)
+    with pytest.raises(TaskFileError) as caught:
+        replace_hidden(load_catalogue(TASKS), shapes)
+    assert str(caught.value).startswith(f"{shapes}: ") and message in str(caught.value)
+
+
+@pytest.mark.parametrize("bad", ["formula bomb", "shapes file repeating a visible shape"])
+def test_a_bad_file_stops_collection_at_once(project: pytest.Pytester, bad: str) -> None:
+    gemm = project.path / "tasks" / "gemm.yaml"
+    if bad == "formula bomb":
+        gemm.write_text(GEMM_TEXT.replace("flops: 2 * M * N * K", "flops: 9 ** 9 ** 9 ** 9"))
+        args: tuple[str, ...] = ()
+        message = f"bad task file: {gemm}: flops: '9 ** 9 ** 9 ** 9' for gemm-n128-k2048: exponent"
+    else:
+        (project.path / "shapes.yaml").write_text("gemm: [{M: 77}, {M: 972}]\n")
+        args = ("--ptx-shapes-file=shapes.yaml",)
+        message = "bad task file: shapes.yaml: gemm[1]: shape 'm972' is listed twice (first at shapes.visible[1] of"
+    result = project.runpytest_subprocess("tasks", "--collect-only", "-q", *args, timeout=120)
+    assert result.ret == pytest.ExitCode.INTERRUPTED and message in result.stdout.str()
+
+
+OUT_OF_BOUNDS = [
+    ("mask * 3", "'mask' is the word 'full', not a number"),
+    ("mask < 3", "'mask < 3' orders a word against a number"),
+    ("M / (M - M)", "'M / (M - M)' divides by zero"),
+    ("M % 0", "'M % 0' divides by zero"),
+    ("2.0 ** 2000", "exponent 2000 in '2.0 ** 2000' is beyond ±64"),
+    ("M ** 40", "'M ** 40' exceeds 1e+30 in magnitude"),
+    ("1e29 * 1e29 / 1e29", "'1e+29 * 1e+29' exceeds 1e+30 in magnitude"),
+    ("(-M) ** 0.5", "'(-M) ** 0.5' is not a real number"),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), OUT_OF_BOUNDS, ids=[t for t, _ in OUT_OF_BOUNDS])
+def test_formula_evaluation_is_bounded(text: str, message: str) -> None:
+    formula = Formula(text, ["M", "mask"])
+    with pytest.raises(FormulaError) as caught:
+        formula({"M": 8192, "mask": "full"})
+    assert str(caught.value) == message
+
+
+def test_formula_size_is_bounded() -> None:
+    with pytest.raises(FormulaError, match=f"more than {MAX_NODES}"):
+        Formula("M" + " + M" * MAX_NODES, ["M"])
+    with pytest.raises(FormulaError, match=f"more than {MAX_LENGTH}"):
+        Formula("M" + " " * MAX_LENGTH, ["M"])
+    with pytest.raises(FormulaError, match="constant 1e999 in"):
+        Formula("1e999", [])
+    with pytest.raises(FormulaError, match="constant True in"):
+        Formula("M * True", ["M"])
+    assert Formula("-M ** 2 + 10 ** 30 - 10 ** 30", ["M"])({"M": 3}) == -9
 
 
 def test_formula_rejects_code() -> None:

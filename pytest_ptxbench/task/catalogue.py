@@ -7,16 +7,16 @@ of its axes (`gemm-n7168-k5120`); a *shape* sets the rest (`m8192`). A malformed
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..targets import TARGETS
 from .formula import Formula, FormulaError
+from .yaml_file import YAMLFileError, read_yaml
 
 ROLES = ("input", "output", "scalar", "workspace", "workspace_bytes", "stream")
 DTYPES = ("bf16", "fp16", "fp32")
@@ -24,6 +24,35 @@ DISTRIBUTIONS = {"normal": {"std"}, "uniform": {"low", "high"}, "spiky": {"std",
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+FAMILY_FIELDS = (
+    "family",
+    "description",
+    "axes",
+    "task_id",
+    "shape_id",
+    "tasks",
+    "shapes",
+    "sanitizer_shape",
+    "launcher",
+    "workspace_bytes",
+    "reference",
+    "baseline",
+    "baselines",
+    "flops",
+    "bytes",
+    "tolerances",
+    "matched_ratio",
+    "min_tensor_share",
+    "inputs",
+    "opcodes",
+    "not_run_on_hardware",
+)
+AXES_FIELDS = ("task", "shape")
+SHAPES_FIELDS = ("visible", "hidden")
+LAUNCHER_FIELDS = ("name", "returns", "params")
+PARAM_FIELDS = ("name", "type", "role", "dtype", "shape", "value")
+BASELINE_FIELDS = ("library", "function", "requires")
+TOLERANCE_FIELDS = ("atol", "rtol")
 
 AxisValue = int | str
 
@@ -120,6 +149,15 @@ class Family:
         chosen += [(s, True) for s in self.hidden if which in ("hidden", "all")]
         return [Shape(dict(s), self.shape_id.format(**s), hidden) for s, hidden in chosen]
 
+    def formulas(self) -> dict[str, Formula]:
+        """Every formula of the family, by its field in the task file."""
+        out = {"flops": self.flops, "bytes": self.bytes, "workspace_bytes": self.workspace_bytes}
+        for i, param in enumerate(self.launcher.params):
+            out |= {f"launcher.params[{i}].shape[{j}]": dim for j, dim in enumerate(param.shape)}
+            if param.value is not None:
+                out[f"launcher.params[{i}].value"] = param.value
+        return out
+
     @property
     def timed_against(self) -> Baseline:
         return self.baselines[self.baseline_name]
@@ -160,11 +198,14 @@ def load_catalogue(directory: Path) -> list[Family]:
 
 
 def load_family(path: Path) -> Family:
+    return _Reader(path).family(_read(path))
+
+
+def _read(path: Path) -> Any:
     try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise TaskFileError(f"{path}: not valid YAML: {exc}") from exc
-    return _Reader(path).family(raw)
+        return read_yaml(path)
+    except YAMLFileError as exc:
+        raise TaskFileError(str(exc)) from None
 
 
 class _Reader:
@@ -175,6 +216,24 @@ class _Reader:
 
     def fail(self, where: str, message: str) -> TaskFileError:
         return TaskFileError(f"{self.path}: {where}: {message}")
+
+    def fields(self, raw: Any, known: Collection[str], where: str) -> Mapping[str, Any]:
+        """`raw`, a mapping whose every key is one of `known`; a misspelt key is named with the closest."""
+        if not isinstance(raw, Mapping):
+            raise self.fail(where or "top level", f"expected a mapping, got {raw!r}")
+        for key in raw:
+            if key not in known:
+                field = f"{where}.{key}" if where else str(key)
+                raise self.fail(field, f"unknown field (known: {', '.join(known)}){_did_you_mean(key, known)}")
+        return raw
+
+    def unique(self, entries: Iterable[tuple[str, str]], what: str) -> None:
+        """No two `(where, id)` entries share an id; the second is named, with where the first was."""
+        first: dict[str, str] = {}
+        for where, name in entries:
+            if name in first:
+                raise self.fail(where, f"{what} {name!r} is listed twice (first at {first[name]})")
+            first[name] = where
 
     def get(self, data: Any, key: str, kind: type | tuple[type, ...], where: str, default: Any = ...) -> Any:
         field = f"{where}.{key}" if where else key
@@ -198,10 +257,11 @@ class _Reader:
             raise self.fail(where, str(exc)) from exc
 
     def family(self, raw: Any) -> Family:
+        raw = self.fields(raw, FAMILY_FIELDS, "")
         name = self.get(raw, "family", str, "")
         if not _IDENT.match(name):
             raise self.fail("family", f"not an identifier: {name!r}")
-        axes = self.get(raw, "axes", Mapping, "")
+        axes = self.fields(self.get(raw, "axes", Mapping, ""), AXES_FIELDS, "axes")
         task_axes = tuple(self.names(self.get(axes, "task", list, "axes"), "axes.task"))
         shape_axes = tuple(self.names(self.get(axes, "shape", list, "axes"), "axes.shape"))
         if set(task_axes) & set(shape_axes):
@@ -215,10 +275,8 @@ class _Reader:
         )
         if not tasks:
             raise self.fail("tasks", "empty")
-        duplicate = _first_duplicate(t.name for t in tasks)
-        if duplicate:
-            raise self.fail("tasks", f"task {duplicate!r} is listed twice")
-        shapes = self.get(raw, "shapes", Mapping, "")
+        self.unique(((f"tasks[{i}]", t.name) for i, t in enumerate(tasks)), "task")
+        shapes = self.fields(self.get(raw, "shapes", Mapping, ""), SHAPES_FIELDS, "shapes")
         visible = tuple(
             self.shape(s, shape_axes, f"shapes.visible[{i}]")
             for i, s in enumerate(self.get(shapes, "visible", list, "shapes"))
@@ -229,9 +287,9 @@ class _Reader:
         )
         if not visible:
             raise self.fail("shapes.visible", "empty: the model needs at least one shape for feedback")
-        duplicate = _first_duplicate(shape_id.format(**s) for s in visible + hidden)
-        if duplicate:
-            raise self.fail("shapes", f"shape {duplicate!r} is listed twice")
+        every_shape = [(f"shapes.visible[{i}]", s) for i, s in enumerate(visible)]
+        every_shape += [(f"shapes.hidden[{i}]", s) for i, s in enumerate(hidden)]
+        self.unique(((where, shape_id.format(**s)) for where, s in every_shape), "shape")
         baselines = {DEFAULT_BASELINE: self.baseline(self.get(raw, "baseline", Mapping, ""), "baseline")}
         for key, entry in self.get(raw, "baselines", Mapping, "", default={}).items():
             if not isinstance(key, str) or not _IDENT.match(key) or key == DEFAULT_BASELINE:
@@ -240,14 +298,20 @@ class _Reader:
         opcodes = self.get(raw, "opcodes", Mapping, "")
         for target, patterns in opcodes.items():
             if target not in TARGETS:
-                raise self.fail(f"opcodes.{target}", f"unknown target (known: {', '.join(TARGETS)})")
+                raise self.fail(
+                    f"opcodes.{target}", f"unknown target (known: {', '.join(TARGETS)}){_did_you_mean(target, TARGETS)}"
+                )
             if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) and p for p in patterns):
                 raise self.fail(f"opcodes.{target}", f"expected a non-empty list of opcode patterns, got {patterns!r}")
         not_run = self.get(raw, "not_run_on_hardware", list, "", default=[])
         for target in not_run:
             if target not in TARGETS:
-                raise self.fail("not_run_on_hardware", f"unknown target {target!r}")
-        return Family(
+                raise self.fail(
+                    "not_run_on_hardware",
+                    f"unknown target {target!r} (known: {', '.join(TARGETS)}){_did_you_mean(target, TARGETS)}",
+                )
+        sanitizer_shape = self.shape(self.get(raw, "sanitizer_shape", Mapping, ""), shape_axes, "sanitizer_shape")
+        family = Family(
             name=name,
             file=self.path,
             description=self.get(raw, "description", str, ""),
@@ -266,7 +330,7 @@ class _Reader:
             distributions=tuple(
                 self.distribution(d, f"inputs[{i}]") for i, d in enumerate(self.get(raw, "inputs", list, ""))
             ),
-            sanitizer_shape=self.shape(self.get(raw, "sanitizer_shape", Mapping, ""), shape_axes, "sanitizer_shape"),
+            sanitizer_shape=sanitizer_shape,
             opcodes={t: tuple(p) for t, p in opcodes.items()},
             not_run_on_hardware=frozenset(not_run),
             tasks=tasks,
@@ -275,6 +339,11 @@ class _Reader:
             task_id=task_id,
             shape_id=shape_id,
         )
+        for where, shape in [*every_shape, ("sanitizer_shape", sanitizer_shape)]:
+            failure = _formula_failure(family, shape)
+            if failure:
+                raise self.fail(failure.field, f"{failure.why}, on {where} ({shape_id.format(**shape)})")
+        return family
 
     def names(self, values: list[Any], where: str) -> list[str]:
         for i, value in enumerate(values):
@@ -303,9 +372,9 @@ class _Reader:
     def axis_values(self, entry: Any, axes: tuple[str, ...], where: str) -> dict[str, AxisValue]:
         if not isinstance(entry, Mapping):
             raise self.fail(where, f"expected a mapping of {list(axes)}, got {entry!r}")
-        extra = set(entry) - set(axes)
+        extra = sorted(set(entry) - set(axes), key=str)
         if extra:
-            raise self.fail(where, f"unknown axis {sorted(extra)[0]!r} (axes: {list(axes)})")
+            raise self.fail(where, f"unknown axis {extra[0]!r} (axes: {list(axes)}){_did_you_mean(extra[0], axes)}")
         values: dict[str, AxisValue] = {}
         for axis in axes:
             value = self.get(entry, axis, (int, str), where)
@@ -317,15 +386,19 @@ class _Reader:
         return values
 
     def launcher(self, raw: Mapping[str, Any], names: set[str]) -> Launcher:
+        self.fields(raw, LAUNCHER_FIELDS, "launcher")
         name = self.get(raw, "name", str, "launcher")
         if not _IDENT.match(name):
             raise self.fail("launcher.name", f"not a C identifier: {name!r}")
         params = []
         for i, entry in enumerate(self.get(raw, "params", list, "launcher")):
             where = f"launcher.params[{i}]"
+            self.fields(entry, PARAM_FIELDS, where)
             role = self.get(entry, "role", str, where)
             if role not in ROLES:
                 raise self.fail(f"{where}.role", f"{role!r} is not one of {', '.join(ROLES)}")
+            if role != "scalar" and "value" in entry:
+                raise self.fail(f"{where}.value", f"only a scalar takes a value, this parameter is {role!r}")
             dtype = self.get(entry, "dtype", str, where, default=None)
             if role in ("input", "output") and dtype not in DTYPES:
                 raise self.fail(f"{where}.dtype", f"{dtype!r} is not one of {', '.join(DTYPES)}")
@@ -346,9 +419,7 @@ class _Reader:
                     value=self.formula(value, names, f"{where}.value") if role == "scalar" else None,
                 )
             )
-        duplicate = _first_duplicate(p.name for p in params)
-        if duplicate:
-            raise self.fail("launcher.params", f"parameter {duplicate!r} is declared twice")
+        self.unique(((f"launcher.params[{i}]", p.name) for i, p in enumerate(params)), "parameter")
         for role in ("output", "stream", "workspace", "workspace_bytes"):
             if not any(p.role == role for p in params):
                 raise self.fail("launcher.params", f"no parameter has role {role!r}")
@@ -361,13 +432,11 @@ class _Reader:
         return text
 
     def baseline(self, raw: Any, where: str) -> Baseline:
+        self.fields(raw, BASELINE_FIELDS, where)
         requires = self.get(raw, "requires", list, where, default=[])
         for i, module in enumerate(requires):
             if not isinstance(module, str) or not _MODULE.match(module):
                 raise self.fail(f"{where}.requires[{i}]", f"not a module name: {module!r}")
-        unknown = sorted(set(raw) - {"library", "function", "requires"})
-        if unknown:
-            raise self.fail(f"{where}.{unknown[0]}", "unknown field (known: library, function, requires)")
         return Baseline(
             self.get(raw, "library", str, where), self.callable_path(raw, "function", where), tuple(requires)
         )
@@ -376,7 +445,9 @@ class _Reader:
         out = {}
         for dtype, entry in raw.items():
             if dtype not in DTYPES:
-                raise self.fail(f"tolerances.{dtype}", f"unknown dtype (known: {', '.join(DTYPES)})")
+                known = f"(known: {', '.join(DTYPES)}){_did_you_mean(dtype, DTYPES)}"
+                raise self.fail(f"tolerances.{dtype}", f"unknown dtype {known}")
+            self.fields(entry, TOLERANCE_FIELDS, f"tolerances.{dtype}")
             atol = self.number(entry, "atol", f"tolerances.{dtype}")
             rtol = self.number(entry, "rtol", f"tolerances.{dtype}")
             out[dtype] = Tolerance(atol, rtol)
@@ -398,13 +469,14 @@ class _Reader:
         name = self.get(raw, "name", str, where)
         if name not in DISTRIBUTIONS:
             raise self.fail(f"{where}.name", f"{name!r} is not one of {', '.join(DISTRIBUTIONS)}")
-        params = {k: float(self.get(raw, k, (int, float), where)) for k in raw if k != "name"}
-        unknown = set(params) - DISTRIBUTIONS[name]
+        unknown = sorted(set(raw) - {"name"} - DISTRIBUTIONS[name], key=str)
         if unknown:
+            known = sorted(DISTRIBUTIONS[name])
             raise self.fail(
-                f"{where}.{sorted(unknown)[0]}", f"not a parameter of {name!r} (known: {sorted(DISTRIBUTIONS[name])})"
+                f"{where}.{unknown[0]}",
+                f"not a parameter of {name!r} (known: {known}){_did_you_mean(unknown[0], known)}",
             )
-        return Distribution(name, params)
+        return Distribution(name, {k: float(self.get(raw, k, (int, float), where)) for k in raw if k != "name"})
 
 
 def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
@@ -423,12 +495,29 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
     return " or ".join(words.get(k, k.__name__) for k in _as_tuple(kind))
 
 
-def _first_duplicate(items: Iterator[str] | Any) -> str | None:
-    seen: set[str] = set()
-    for item in items:
-        if item in seen:
-            return item
-        seen.add(item)
+def _did_you_mean(word: Any, choices: Collection[str]) -> str:
+    """`; did you mean 'min_tensor_share'?` for the choice closest to a misspelt `word`, or nothing."""
+    by_lower = {choice.lower(): choice for choice in choices}
+    close = difflib.get_close_matches(str(word).lower(), list(by_lower), n=1)
+    return f"; did you mean {by_lower[close[0]]!r}?" if close else ""
+
+
+@dataclass(frozen=True)
+class _FormulaFailure:
+    field: str  # where the formula is in the task file
+    why: str  # "'2 * M * N * K' for gemm-n128-k2048: '2 * M' exceeds 1e+30 in magnitude"
+
+
+def _formula_failure(family: Family, shape: Mapping[str, AxisValue]) -> _FormulaFailure | None:
+    """The first formula of `family` that cannot be evaluated, within its bounds, for a task on `shape`."""
+    formulas = family.formulas()
+    for task in family.tasks:
+        values = shape_values(task, shape)
+        for field, formula in formulas.items():
+            try:
+                formula(values)
+            except FormulaError as exc:
+                return _FormulaFailure(field, f"{formula.text!r} for {task.name}: {exc}")
     return None
 
 
@@ -452,23 +541,31 @@ def choose_baseline(families: list[Family], name: str | None) -> list[Family]:
 
 
 def replace_hidden(families: list[Family], path: Path) -> list[Family]:
-    """Hidden shapes from a file given at run time (`{family: [shape, ...]}`) replace the catalogue's."""
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise TaskFileError(f"{path}: cannot read shapes: {exc}") from exc
+    """Hidden shapes from a file given at run time (`{family: [shape, ...]}`) replace the catalogue's;
+    each must be new to the family and keep its formulas within bounds."""
+    raw = _read(path)
     reader = _Reader(path)
     if not isinstance(raw, Mapping):
         raise reader.fail("top level", f"expected a mapping of family → shapes, got {raw!r}")
     by_name = {f.name: f for f in families}
     for name in raw:
         if name not in by_name:
-            raise reader.fail(str(name), f"unknown family (known: {', '.join(by_name)})")
+            known = f"(known: {', '.join(by_name)}){_did_you_mean(name, by_name)}"
+            raise reader.fail(str(name), f"unknown family {known}")
     out = []
     for family in families:
         if family.name in raw:
             entries = reader.get(raw, family.name, list, "")
-            hidden = tuple(reader.shape(s, family.shape_axes, f"{family.name}[{i}]") for i, s in enumerate(entries))
-            family = replace(family, hidden=hidden)
+            hidden = [
+                (f"{family.name}[{i}]", reader.shape(s, family.shape_axes, f"{family.name}[{i}]"))
+                for i, s in enumerate(entries)
+            ]
+            visible = [(f"shapes.visible[{i}] of {family.file}", s) for i, s in enumerate(family.visible)]
+            reader.unique(((where, family.shape_id.format(**s)) for where, s in visible + hidden), "shape")
+            for where, shape in hidden:
+                failure = _formula_failure(family, shape)
+                if failure:
+                    raise reader.fail(where, f"makes {failure.field} of {family.file} fail: {failure.why}")
+            family = replace(family, hidden=tuple(s for _, s in hidden))
         out.append(family)
     return out
