@@ -13,6 +13,7 @@ from .agent import Agent, builtin_agent
 from .benchmarking import ReplayClock, record
 from .device import detect_devices
 from .pinning import pin_worker
+from .runkeeper import RunKeeper
 from .session import Harness
 from .summary import PROPERTY, render, summary_row
 from .targets import TARGETS
@@ -49,6 +50,7 @@ def pytest_configure(config: pytest.Config) -> None:
     harness = Harness(config)
     config.stash[HARNESS] = harness
     config.pluginmanager.register(Recorder(), "ptxbench-recorder")
+    config.pluginmanager.register(RunKeeper(config, harness.run, harness.settings), "ptxbench-run")
     # xdist workers inherit the environment: they must all write into the controller's run directory.
     config.stash[_OUT_SET_HERE] = "PTXBENCH_OUT" not in os.environ
     os.environ.setdefault("PTXBENCH_OUT", str(harness.run.path))

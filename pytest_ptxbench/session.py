@@ -17,6 +17,7 @@ from .candidate import Candidate
 from .device import Device, detect_devices, device_for, read_clocks
 from .pipeline import Pipeline
 from .rundir import RunDirectory, default_path, task_set_hash
+from .runkeeper import session_id
 from .settings import STAGE_SETTINGS, resolve_all
 from .targets import select_targets
 from .task.cases import Case, make_cases
@@ -77,7 +78,8 @@ class Harness:
         self.settings = resolve_all(config)
         out = self.settings["out"]
         self.run = RunDirectory(
-            Path(out) if out else default_path(config.invocation_params.dir, self.settings["model"])
+            Path(out) if out else default_path(config.invocation_params.dir, self.settings["model"]),
+            session_id(config),
         )
         self._catalogues: dict[Path, list[Family]] = {}
         self._agents: dict[Path, Agent] = {}

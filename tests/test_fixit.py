@@ -192,3 +192,15 @@ def test_a_failed_write_leaves_nothing_behind(recorded: Path, tmp_path: Path) ->
     with pytest.raises(IsADirectoryError):
         fixit.write(rows, blocked)
     assert [p.name for p in tmp_path.iterdir()] == ["fixit.parquet"] and not any(blocked.iterdir())
+
+
+def test_fixit_never_overwrites_a_file_of_the_run(recorded: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`fixit RUN --out RUN/results.jsonl` once emptied the run's results and exited 0."""
+    results = recorded / "results.jsonl"
+    before = results.read_bytes()
+    assert main(["fixit", str(recorded), "--out", str(results)]) == 2
+    assert capsys.readouterr().err == (
+        f"ptxbench fixit: error: --out={results} is inside the run directory {recorded}; "
+        "no command writes into a run directory\n"
+    )
+    assert results.read_bytes() == before and len(load_run(recorded).results) == 4  # 2 trajectories × 2 shapes

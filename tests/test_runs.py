@@ -3,7 +3,10 @@ the file, and the commands then write nothing."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,3 +81,88 @@ def test_commands_on_bad_input_fail_clearly_and_write_nothing(
     assert main(["compare", str(run), str(tmp_path / "nothing")]) == 2
     assert not out.exists() and not data.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("hidden", "no", "field 'hidden' is \"no\"; expected true or false"),
+        ("trajectory", "1", "field 'trajectory' is \"1\"; expected an integer"),
+        ("trajectory", True, "field 'trajectory' is true; expected an integer"),
+        ("shape_id", 972, "field 'shape_id' is 972; expected a string"),
+        ("budget", "4", "field 'budget' is \"4\"; expected an integer or null"),
+        ("outcome", "maybe", "field 'outcome' is \"maybe\"; expected one of passed, failed, skipped"),
+        ("verdicts", {"build": "ok"}, 'field \'verdicts\' is {"build": "ok"}; expected a list'),
+    ],
+)
+def test_a_field_of_the_wrong_type_names_line_field_and_value(run: Path, field: str, value: Any, message: str) -> None:
+    results = run / "results.jsonl"
+    lines = results.read_text().splitlines()
+    lines[4] = json.dumps({**json.loads(lines[4]), field: value})
+    results.write_text("\n".join(lines) + "\n")
+    with pytest.raises(RunError, match=f"^{re.escape(f'{results}:5: {message}')}$"):
+        load_run(run)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"status": "ok"},
+            "field 'verdicts[1].status' is \"ok\"; expected one of passed, failed, skipped, tool-unavailable",
+        ),
+        ({"stage": None}, "field 'verdicts[1].stage' is null; expected a string"),
+        ({"data": []}, "field 'verdicts[1].data' is []; expected an object"),
+    ],
+)
+def test_a_verdict_of_the_wrong_type_names_line_field_and_value(
+    run: Path, change: dict[str, Any], message: str
+) -> None:
+    results = run / "results.jsonl"
+    lines = results.read_text().splitlines()
+    row = json.loads(lines[0])
+    row["verdicts"][1].update(change)
+    lines[0] = json.dumps(row)
+    results.write_text("\n".join(lines) + "\n")
+    with pytest.raises(RunError, match=f"^{re.escape(f'{results}:1: {message}')}$"):
+        load_run(run)
+
+
+def test_an_older_directory_with_a_rerun_scores_each_tests_last_row(run: Path) -> None:
+    """Before rows named their session, a rerun appended a second copy of every row: the reader keeps the last."""
+    results = run / "results.jsonl"
+    rows = [{k: v for k, v in json.loads(line).items() if k != "session"} for line in results.read_text().splitlines()]
+    rerun = [{**r, "outcome": "failed", "reason": "rerun"} for r in rows]
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows + rerun))
+    loaded = load_run(run)
+    assert len(loaded.results) == 12 and {(r["outcome"], r["reason"]) for r in loaded.results} == {("failed", "rerun")}
+
+
+def test_a_malformed_sessions_file_names_the_file(run: Path) -> None:
+    sessions = run / "sessions.json"
+    sessions.write_text(
+        json.dumps([{"id": "s", "started": "today", "collected": [1], "finished": None, "exit_status": 0}])
+    )
+    with pytest.raises(RunError, match=rf"^{sessions}: session 0: field 'collected' holds 1; expected test ids"):
+        load_run(run)
+    sessions.write_text('[{"id": "s"}]')
+    with pytest.raises(RunError, match=rf"^{sessions}: session 0: expected an object with id, started, collected"):
+        load_run(run)
+
+
+@pytest.mark.parametrize("inside", ["results.jsonl", "report", "trajectories/x.jsonl", "."])
+def test_no_command_writes_into_a_run_directory(
+    run: Path, inside: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    out = run / inside
+    assert main(["fixit", str(run), "--out", str(out)]) == 2
+    assert main(["report", str(run), "--out", str(out), "--no-plots"]) == 2
+    message = f"--out={out} is inside the run directory {run}; no command writes into a run directory"
+    assert capsys.readouterr().err.splitlines() == [
+        f"ptxbench fixit: error: {message}",
+        f"ptxbench report: error: {message}",
+    ]
+    monkeypatch.chdir(run)
+    assert main(["report", "."]) == 2  # the default --out, report/, from inside the run
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before

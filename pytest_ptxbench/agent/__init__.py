@@ -1,7 +1,8 @@
 """Agents hand over one kernel per (task, target, trajectory).
 
 `reference` serves the expert kernels kept beside the task files (`reference/<target>/<family>.cu`);
-`file:<dir>` serves a user's own kernels (`<dir>/<task>.cu`, else `<dir>/<family>.cu`);
+`file:<dir>` serves a user's own kernels (`<dir>/<task>.cu`, else `<dir>/<family>.cu`; without either the
+test skips naming both, or fails under `--ptx-require-gpu`);
 `replay:<run dir>` judges an earlier run's saved kernels again (replay.py); a model alias or
 `provider:model` runs the multi-turn model loop (loop.py).
 """
@@ -48,6 +49,7 @@ class FolderAgent:
     name: str
     folder: Path
     by_target: bool  # reference kernels sit in one subfolder per target
+    missing_fails: bool = False  # a missing kernel fails the test (a user's folder under --ptx-require-gpu)
 
     def kernel(
         self, family: Family, task: Task, target: Target, trajectory: int, evaluate: Evaluate
@@ -58,7 +60,8 @@ class FolderAgent:
             if path.is_file():
                 return Candidate.from_file(task.name, target.name, path)
         return NoKernel(
-            f"{self.name} has no kernel for {task.name} on {target.name} (looked for {', '.join(map(str, paths))})"
+            f"{self.name} has no kernel for {task.name} on {target.name} (looked for {', '.join(map(str, paths))})",
+            failed=self.missing_fails,
         )
 
 
@@ -69,7 +72,7 @@ def builtin_agent(spec: str, catalogue: Path, settings: dict[str, Any], run_dir:
         folder = Path(spec.removeprefix("file:")).expanduser()
         if not folder.is_dir():
             raise ValueError(f"--ptx-model={spec}: {folder} is not a folder")
-        return FolderAgent(spec, folder.resolve(), by_target=False)
+        return FolderAgent(spec, folder.resolve(), by_target=False, missing_fails=settings["require_gpu"])
     # Imported here: both modules build on this one.
     from .loop import ModelAgent
     from .replay import ReplayAgent

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..agent.models import MissingKey
-from ..rundir import write_atomic
+from ..rundir import enclosing_run, write_atomic
 from ..settings import defaults
 from ..verdict import STAGES
 from . import fixit, html
@@ -30,14 +30,24 @@ def load_runs(paths: Sequence[Path], allow_mixed: bool) -> list[Run]:
     return runs
 
 
+def refuse_run_directory(out: Path) -> None:
+    """RunError when `out` is or lies in a run directory: no command writes into one (a run's files are its
+    only record)."""
+    run = enclosing_run(out)
+    if run is not None:
+        raise RunError(f"--out={out} is inside the run directory {run}; no command writes into a run directory")
+
+
 def run_report(paths: Sequence[Path], out: Path, allow_mixed: bool, plots: bool) -> list[Path]:
     """Write `report.md` and `report.html` to `out`; returns their paths."""
+    refuse_run_directory(out)
     runs = load_runs(paths, allow_mixed)
     scores = score_runs(runs)
     built = tables(scores)
     preamble = [
         f"{run.path}: model {run.model}, task set {run.task_set}, harness {run.environment.get('harness_version')}, "
         f"devices {', '.join(d.get('name', '?') for d in run.environment.get('devices', [])) or 'none'}"
+        + (f"; CUT SHORT: {run.cut_short}" if run.cut_short else "")
         for run in runs
     ]
     title = "ptxbench report"
@@ -51,6 +61,7 @@ def run_report(paths: Sequence[Path], out: Path, allow_mixed: bool, plots: bool)
 
 def run_fixit(args: argparse.Namespace) -> str:
     """Write the examples; returns a summary for the terminal."""
+    refuse_run_directory(args.out)
     runs = load_runs(args.runs, allow_mixed=True)
     rows = fixit.self_repairs(runs, args.verification)
     lines = [f"self-repairs: {len(rows)}"]
