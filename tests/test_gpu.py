@@ -313,6 +313,32 @@ def test_a_write_into_the_checkout_fails_check_without_a_sandbox(
     assert again == verdicts and not ran_again  # rejected from memory, not by running it again
 
 
+def test_work_left_to_a_helper_thread_is_never_replayed(pipeline: Pipeline, gemm: Family, tmp_path: Path) -> None:
+    """The allow-list set aside (inspect refuses pthread_create): the thread's half of C is launched after the
+    capture, in the capture child only; the replays write the first half, so check finds the rest unwritten."""
+    from pytest_ptxbench.gpu import GpuStages
+    from pytest_ptxbench.stages.build import build
+    from pytest_ptxbench.stages.inspect import inspect
+
+    candidate = Candidate("gemm-n128-k2048", "h100", (PLANTED / "helper_thread_finishes.cu").read_text(), "planted")
+    built = build(candidate, gemm.launcher, H100, tmp_path / "build", 300)
+    refused = inspect(Path(built.data["library"]), H100, (), gemm.launcher.name, timeout=120)
+    assert refused.status is Status.FAILED and "pthread_create" in refused.data["forbidden_imports"]
+    allowed = Verdict("inspect", Status.PASSED, "", refused.data)
+    stages = GpuStages(dict(pipeline.settings), tmp_path / "run")
+    shape = Shape({"M": 256}, "m256", hidden=False)
+    try:
+        task = _task(gemm, "gemm-n128-k2048")
+        verdicts = {
+            v.stage: v for v in stages.evaluate(candidate, _no_opcodes(gemm), task, H100, shape, [built, allowed])
+        }
+    finally:
+        stages.close()
+    check = verdicts["check"]
+    assert check.status is Status.FAILED, check.message
+    assert all(c["unwritten"] == c["elements"] // 2 for c in check.data["comparisons"]), check.message
+
+
 def test_load_time_code_that_rewrites_the_clock_changes_nothing(
     pipeline: Pipeline, gemm: Family, tmp_path: Path
 ) -> None:

@@ -154,6 +154,22 @@ def test_a_forged_reply_is_never_taken_for_an_answer(build_and_inspect: BuildAnd
         child.close()
 
 
+def test_a_hidden_system_call_passes_the_allow_list_and_still_forges_nothing(
+    build_and_inspect: BuildAndInspect, tmp_path: Path
+) -> None:
+    built, inspected = build_and_inspect(PLANTED / "forges_replies_by_a_hidden_syscall.cu", required=())
+    assert inspected is not None and inspected.passed, inspected.message  # the static filter is a courtesy
+    cudart = find_library("libcudart.so.13")
+    assert cudart is not None, "libcudart.so.13 is needed to load the library (the toolchain extra brings it)"
+    child = Child("capture", tmp_path / "child", child_environment(tmp_path / "child"))
+    try:
+        with pytest.raises(ChildFailed, match=r"a reply to 'capture' without its request's nonce: something other"):
+            child.request(_capture_request(cudart, Path(built.data["library"])), timeout=60)
+        assert not child.alive
+    finally:
+        child.close()
+
+
 def test_the_checkout_guard_sees_a_write_where_no_sandbox_stops_it(
     build_and_inspect: BuildAndInspect, tmp_path: Path
 ) -> None:
