@@ -26,12 +26,13 @@ def summary_row(evaluation_row: dict[str, Any]) -> dict[str, Any]:
         "baseline_ms": timing.get("baseline_median_ms"),
         "baseline": timing.get("baseline"),
         "speedup": timing.get("speedup"),
+        "speed_of_light": timing.get("speed_of_light"),
         "tflops": timing.get("tflops"),
     }
 
 
 def render(rows: list[dict[str, Any]]) -> list[str]:
-    header = ["task", "target", "shape", *STAGES, "latency", "baseline", "speedup", "TFLOP/s", "outcome"]
+    header = ["task", "target", "shape", *STAGES, "latency", "baseline", "speedup", "SOL", "TFLOP/s", "outcome"]
     table = [header]
     for row in sorted(rows, key=lambda r: r["id"]):
         table.append(
@@ -43,6 +44,7 @@ def render(rows: list[dict[str, Any]]) -> list[str]:
                 _number(row.get("latency_ms"), "{:.3f} ms"),
                 _baseline(row),
                 _number(row.get("speedup"), "{:.2f}x"),
+                _number(row.get("speed_of_light"), "{:.1%}"),
                 _number(row.get("tflops"), "{:.0f}"),
                 row["outcome"],
             ]

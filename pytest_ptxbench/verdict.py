@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -59,26 +59,39 @@ class Decision:
     reason: str
 
 
+def stage_statuses(verdicts: Iterable[Verdict]) -> dict[str, Status]:
+    """The one rule that combines a stage's verdicts over the shapes it was judged on: failed when it failed
+    on any, passed only when it passed on every one, else the first reason it could not run (skipped or
+    tool-unavailable). Stages without a verdict are absent."""
+    combined: dict[str, Status] = {}
+    for verdict in verdicts:
+        before = combined.get(verdict.stage)
+        if before is None or before is Status.PASSED or verdict.status is Status.FAILED:
+            combined[verdict.stage] = verdict.status
+    return combined
+
+
 def decide(verdicts: Sequence[Verdict], require_gpu: bool = False) -> Decision:
     """A test fails when any stage failed, is skipped when a required stage could not run, passes
-    only when every stage of the pipeline passed. `require_gpu` turns the skip into a failure."""
-    by_stage = {v.stage: v for v in verdicts}
+    only when every stage of the pipeline passed (on every shape: `stage_statuses`). `require_gpu`
+    turns the skip into a failure."""
     failed = [v for v in verdicts if v.status is Status.FAILED]
     if failed:
         return Decision(Outcome.FAILED, "; ".join(f"{v.stage} failed: {v.message}" for v in failed))
-    not_run = [s for s in STAGES if s not in by_stage or not by_stage[s].passed]
+    statuses = stage_statuses(verdicts)
+    not_run = [s for s in STAGES if statuses.get(s) is not Status.PASSED]
     if not not_run:
         return Decision(Outcome.PASSED, "every stage passed")
-    passed = [v for v in verdicts if v.passed]
-    reasons = [by_stage[s].message for s in not_run if s in by_stage and by_stage[s].message]
-    missing = [s for s in not_run if s not in by_stage]
+    reasons = [v.message for v in verdicts if v.stage in not_run and not v.passed and v.message]
+    missing = [s for s in not_run if s not in statuses]
     if missing:
         reasons.append(f"{', '.join(missing)} did not run")
-    done = ", ".join(_describe(v) for v in passed) or "nothing"
+    done = ", ".join(_describe(s, verdicts) for s in STAGES if statuses.get(s) is Status.PASSED) or "nothing"
     reason = f"passed: {done}; " + "; ".join(dict.fromkeys(reasons))
     return Decision(Outcome.FAILED if require_gpu else Outcome.SKIPPED, reason)
 
 
-def _describe(verdict: Verdict) -> str:
-    summary = verdict.data.get("summary")
-    return f"{verdict.stage} ({summary})" if summary else verdict.stage
+def _describe(stage: str, verdicts: Sequence[Verdict]) -> str:
+    """A passed stage, with the summary of its first verdict (the first shape's) where it has one."""
+    summary = next(v for v in verdicts if v.stage == stage).data.get("summary")
+    return f"{stage} ({summary})" if summary else stage

@@ -19,6 +19,12 @@ from pytest_ptxbench.verdict import Decision, Outcome, Status, Verdict, decide
 H100 = TARGETS["h100"]
 TASK_SET = "0123456789abcdef"
 GPU = ("check", "profile", "sanitize", "time")
+NO_DEVICE = "needs an sm_90 device (H100-class), found none"
+
+
+def speed_of_light(shape: str, speedup: float) -> float:
+    """The synthetic share of the roofline: half the speedup on the largest shape, an eighth elsewhere."""
+    return speedup / 2 if shape == "m8192" else speedup / 8
 
 
 def static(inspect: Status = Status.PASSED) -> list[Verdict]:
@@ -27,12 +33,13 @@ def static(inspect: Status = Status.PASSED) -> list[Verdict]:
 
 def on_shape(shape: str, speedup: float, failing: str | None = None) -> list[Verdict]:
     """The GPU stages on one shape: all pass (time with `speedup`) but `failing`."""
+    timed = {"speedup": speedup, "median_ms": 1.0 / speedup, "speed_of_light": speed_of_light(shape, speedup)}
     return [
         Verdict(
             stage,
             Status.FAILED if stage == failing else Status.PASSED,
             stage,
-            {"shape": shape, **({"speedup": speedup, "median_ms": 1.0 / speedup} if stage == "time" else {})},
+            {"shape": shape, **(timed if stage == "time" else {})},
         )
         for stage in GPU
     ]
@@ -50,13 +57,22 @@ class Turn:
     kernel: int | None
     speedup: float = 1.0
     failing: str | None = None  # a stage that fails ("build" and "inspect" end the pipeline there)
+    gpu: bool = True  # False: judged where no GPU of the target is (the pipeline skips every GPU stage)
+    no_reference: str | None = None  # a shape whose reference could not be made: check tool-unavailable
 
     def verdicts(self, shapes: list[Shape]) -> list[Verdict]:
         if self.failing == "build":
             return [Verdict("build", Status.FAILED, "candidate.cu(3): error: expected a ';'")]
         if self.failing == "inspect":
             return static(Status.FAILED)
-        return static() + [v for s in shapes for v in on_shape(s.id, self.speedup, self.failing)]
+        if not self.gpu:
+            return static() + [Verdict(stage, Status.SKIPPED, NO_DEVICE) for stage in GPU]
+        unavailable = [Verdict("check", Status.TOOL_UNAVAILABLE, "no reference: out of memory")]
+        return static() + [
+            v
+            for s in shapes
+            for v in (unavailable if s.id == self.no_reference else on_shape(s.id, self.speedup, self.failing))
+        ]
 
 
 def write_run(
@@ -108,7 +124,7 @@ def write_run(
                 evaluation = Evaluation(case, None, [], Decision(Outcome.FAILED, "no kernel"), None)
             else:
                 candidate = Candidate(task.name, "h100", kernel(handed.kernel), "synthetic")
-                verdicts = Turn(handed.kernel, handed.speedup, handed.failing).verdicts([shape])
+                verdicts = Turn(handed.kernel, handed.speedup, handed.failing, handed.gpu).verdicts([shape])
                 evaluation = Evaluation(case, candidate, verdicts, decide(verdicts), None)
             run.append_result(evaluation.row(model))
     return path

@@ -72,7 +72,8 @@ def test_report_of_a_recorded_run(recorded: Path) -> None:
     tables = {t.title: t for t in build_tables(score_runs([load_run(recorded)]))}
     model = "openai-compatible:fake-model"
     assert tables["Results"].rows == [
-        [model, "h100", "gemm-n128-k2048", "2", "not run", "not run", "–", "–"]  # CPU: no check stage ran
+        # CPU: one kernel failed inspect (judged: not correct), the other's check could not run (not judged)
+        [model, "h100", "gemm-n128-k2048", "2", *["0/1 = 0% [0%, 79%]; 1 not judged"] * 2, *["not judged"] * 4]
     ]
     assert tables["Failure stage per turn"].rows == [
         [model, "1", "2", "0", "1", "1", "0", "0", "0", "0", "0", "0"],

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pytest_ptxbench.agent import feedback
 from pytest_ptxbench.child import wire
 from pytest_ptxbench.parsers import ncu, sass
 from pytest_ptxbench.stages import check, profile, timing
@@ -204,6 +205,23 @@ def test_timing_verdict_and_the_speed_of_light_floor() -> None:
     )
     assert impossible.status is Status.FAILED and "under the speed-of-light floor 0.6080 ms" in impossible.message
     assert impossible.data["floor_ms"] == pytest.approx(flops / 989e12 * 1e3) and impossible.data["median_ms"] == 0.3
+
+
+def test_the_time_verdict_carries_the_share_of_the_speed_of_light() -> None:
+    """The roofline's time (FLOPs at the tensor peak, or bytes at the bandwidth, whichever is longer) over the
+    measured median, in the verdict's data only, and in the model's feedback."""
+    flops, nbytes = 2 * 8192 * 7168 * 5120, 2 * (8192 * 5120 + 7168 * 5120 + 8192 * 7168)
+    baseline = timing.Series([0.75] * 10, [0.8] * 10)
+    fair = timing.verdict(
+        timing.Series([0.82] * 10, [0.9] * 10), baseline, "cuBLAS", "h100", flops, nbytes, [], {}, 1.0
+    )
+    assert fair.data["speed_of_light"] == pytest.approx(flops / 989e12 * 1e3 / 0.82)  # compute-bound: 74.1%
+    assert fair.message == "0.8200 ms (IQR 0.0000) against cuBLAS 0.7500 ms: 0.915x"  # the message is unchanged
+    memory_bound = timing.verdict(
+        timing.Series([0.02] * 10, [0.03] * 10), baseline, "cuBLAS", "h100", 1e6, 48e6, [], {}, 1.0
+    )
+    assert memory_bound.data["speed_of_light"] == pytest.approx(48e6 / 4.8e12 * 1e3 / 0.02)  # 50%
+    assert "  speed of light: 74.1% of the roofline" in feedback.render([fair], "void f();").splitlines()
 
 
 def test_children_never_see_secrets(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -12,14 +12,17 @@ from pathlib import Path
 
 import pytest
 
+from pytest_ptxbench.agent.trajectory import standing
 from pytest_ptxbench.report.cli import load_runs, main
 from pytest_ptxbench.report.compare import compare
+from pytest_ptxbench.report.html import share_bars
 from pytest_ptxbench.report.runs import RunError, load_run
 from pytest_ptxbench.report.scores import Score, score_runs
 from pytest_ptxbench.report.stats import bootstrap_geomean, fast_p, pass_at_k, wilson
 from pytest_ptxbench.report.tables import Table
 from pytest_ptxbench.report.tables import tables as build_tables
 from pytest_ptxbench.task.catalogue import Family
+from pytest_ptxbench.verdict import Outcome, Verdict, decide
 
 from .synthetic_runs import Turn, write_run
 
@@ -40,6 +43,12 @@ def run(tmp_path: Path, gemm: Family) -> Path:
     return write_run(tmp_path / "run", gemm, MODEL, SCRIPTS)
 
 
+# The synthetic speed of light is the speedup / 2 on m8192 and / 8 on the other shapes; over a kernel's shapes:
+LIGHT = (1 / 2 * (1 / 8) ** 11) ** (1 / 12)  # all 12
+LIGHT_VISIBLE = (1 / 2 * 1 / 8) ** (1 / 2)  # m8192 and m972
+LIGHT_HIDDEN = 1 / 8  # the other 10
+
+
 def rows(table: Table) -> list[list[str]]:
     return table.rows
 
@@ -54,19 +63,31 @@ def test_estimators_match_known_values() -> None:
     with pytest.raises(ValueError, match="needs 1 <= k <= n"):
         pass_at_k(2, 1, 5)
     assert [fast_p([1.2, 0.6, 2.0, None], p) for p in (0, 0.5, 0.8, 1.0, 1.5)] == [0.75, 0.75, 0.5, 0.5, 0.25]
+    with pytest.raises(ValueError, match="at least one judged trajectory"):
+        fast_p([], 1.0)  # no trajectory judged is no share of 0
     lo, hi = bootstrap_geomean([0.5, 1.0, 2.0, 4.0])
     assert lo < 1.4142 < hi and bootstrap_geomean([0.5, 1.0, 2.0, 4.0]) == (lo, hi)  # seeded
     assert bootstrap_geomean([1.5, 1.5]) == pytest.approx((1.5, 1.5))
 
 
+def timed(speedup: float, verified: bool = True, light: float = LIGHT) -> Score:
+    """A correct kernel timed on every shape: its speedup and its speed of light (geometric means)."""
+    return Score(True, verified, pytest.approx(speedup), pytest.approx(speedup * light), True)
+
+
+def test_wilson_bounds_hold_for_every_share_up_to_50() -> None:
+    """0 <= lower <= k/n <= upper <= 1 exactly, rounding included (25 pairs were off by 5.55e-17)."""
+    for n in range(51):
+        for k in range(n + 1):
+            lo, hi = wilson(k, n)
+            share = k / n if n else lo
+            assert 0.0 <= lo <= share <= hi <= 1.0, (k, n, lo, hi)
+            assert (k > 0 or lo == 0.0) and (k < n or hi == 1.0), (k, n, lo, hi)
+
+
 def test_scores_of_each_trajectory(run: Path) -> None:
     scores = score_runs([load_run(run)])
-    assert [s.final for s in scores] == [
-        Score(True, True, pytest.approx(1.2)),
-        Score(True, True, pytest.approx(0.6)),
-        Score(True, False, pytest.approx(2.0)),
-        Score(False, False, None),
-    ]
+    assert [s.final for s in scores] == [timed(1.2), timed(0.6), timed(2.0, verified=False), Score()]
     assert [s.turns for s in scores] == [
         ("build", "passed"),
         ("passed", "check"),
@@ -80,35 +101,49 @@ def test_scores_of_each_trajectory(run: Path) -> None:
         {1: None, 4: None},
     ]
     assert scores[0].budgets[1].hidden is None  # turn 1 is not the kernel the run scored on hidden shapes
-    assert scores[1].budgets[1].hidden == Score(True, True, pytest.approx(0.6))
-    assert len(scores[0].shapes) == 12 and scores[0].shapes["m70"] == (True, Score(True, True, pytest.approx(1.2)))
+    assert scores[1].budgets[1].visible == timed(0.6, light=LIGHT_VISIBLE)
+    assert scores[1].budgets[1].hidden == timed(0.6, light=LIGHT_HIDDEN)
+    assert len(scores[0].shapes) == 12 and scores[0].shapes["m70"] == (True, timed(1.2, light=1 / 8))
+    assert scores[0].shapes["m8192"] == (False, timed(1.2, light=1 / 2))
     assert (scores[0].calls, scores[0].input_tokens, scores[0].output_tokens) == (2, 200, 100)
     assert scores[0].cost == pytest.approx(0.02)
 
 
 def test_report_tables_hold_the_known_numbers(run: Path) -> None:
     tables = {t.title: t for t in build_tables(score_runs([load_run(run)]))}
+    # speed of light (LIGHT = 0.1403): the best 2.0 x LIGHT; the geometric mean (1.2 x 0.6 x 2.0)^(1/3) x LIGHT
     assert rows(tables["Results"]) == [
         [
             MODEL, "h100", "gemm-n128-k2048", "4",
-            "3/4 = 75% [30%, 95%]", "2/4 = 50% [15%, 85%]", "2.00x",
-            "1.13x [0.60, 2.00]",
+            "3/4 = 75% [30%, 95%]", "2/4 = 50% [15%, 85%]", "2.00x", "28.1%",
+            "1.13x [0.60, 2.00]", "15.8% [8.4%, 28.1%]",
         ]
     ]  # fmt: skip
     assert rows(tables["By turn budget"]) == [
-        [MODEL, "h100", "gemm-n128-k2048", "1", "1/4 = 25% [5%, 70%]", "1/4 = 25% [5%, 70%]", "0.60x",
-         "1/1 = 100% [21%, 100%]", "1/1 = 100% [21%, 100%]", "0.60x"],
-        [MODEL, "h100", "gemm-n128-k2048", "4", "3/4 = 75% [30%, 95%]", "2/4 = 50% [15%, 85%]", "2.00x",
-         "3/3 = 100% [44%, 100%]", "2/3 = 67% [21%, 94%]", "2.00x"],
+        [MODEL, "h100", "gemm-n128-k2048", "1", "1/4 = 25% [5%, 70%]", "1/4 = 25% [5%, 70%]", "0.60x", "15.0%",
+         "1/1 = 100% [21%, 100%]", "1/1 = 100% [21%, 100%]", "0.60x", "7.5%"],
+        [MODEL, "h100", "gemm-n128-k2048", "4", "3/4 = 75% [30%, 95%]", "2/4 = 50% [15%, 85%]", "2.00x", "50.0%",
+         "3/3 = 100% [44%, 100%]", "2/3 = 67% [21%, 94%]", "2.00x", "25.0%"],
     ]  # fmt: skip
     pass_row = rows(tables["pass@k and fast_p"])[0]
-    assert pass_row[3:] == ["4", "2", "0.500", "–", "–", "0.750", "0.750", "0.500", "0.500", "0.250"]
-    shapes = rows(tables["Per shape"])
+    assert pass_row[3:] == ["4", "2", "0", "0.500", "–", "–", "0.750", "0.750", "0.500", "0.500", "0.250"]
+    shapes = {r[3]: r[4:] for r in rows(tables["Per shape"])}
     assert len(shapes) == 12
-    assert shapes[shapes.index(next(r for r in shapes if r[3] == "m8192"))][4:7] == [
+    assert shapes["m8192"] == [
         "no",
         "3/4 = 75% [30%, 95%]",
         "2.00x",
+        "100.0%",
+        "1.13x [0.60, 2.00]",
+        "56.5% [30.0%, 100.0%]",
+    ]
+    assert shapes["m70"] == [
+        "yes",
+        "3/4 = 75% [30%, 95%]",
+        "2.00x",
+        "25.0%",
+        "1.13x [0.60, 2.00]",
+        "14.1% [7.5%, 25.0%]",
     ]
     assert rows(tables["Failure stage per turn"]) == [
         [MODEL, "1", "4", "1", "1", "1", "0", "0", "0", "0", "0", "1"],
@@ -150,7 +185,8 @@ def test_report_command_writes_markdown_and_self_contained_html(
     page = (out / "report.html").read_text()
     images = Images()
     images.feed(page)
-    assert len(images.sources) == 3  # shares, per-shape speedups, failure mix
+    assert len(images.sources) == 4  # shares, per-shape speedups and speed of light, failure mix
+    assert "Share of the roofline reached per shape" in page and "<th>speed of light (geomean [95% CI])</th>" in page
     for source in images.sources:
         assert source.startswith("data:image/png;base64,")
         assert base64.b64decode(source.split(",", 1)[1]).startswith(b"\x89PNG\r\n\x1a\n")
@@ -200,3 +236,74 @@ class Images(html.parser.HTMLParser):
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "img":
             self.sources.append(dict(attrs)["src"] or "")
+
+
+def test_one_rule_decides_the_test_the_agents_ranking_and_the_report(tmp_path: Path, gemm: Family) -> None:
+    """Turn 1's kernel could not be checked on m8192 (no reference) and passed every stage on m972 at 3x:
+    its test outcome is skipped, the agent ranks it below turn 2's kernel that passed everywhere at 1x and
+    hands that one over, and the report counts it as not judged: each through `verdict.stage_statuses`."""
+    run = write_run(tmp_path / "run", gemm, MODEL, [[Turn(1, 3.0, no_reference="m8192"), Turn(2, 1.0)]])
+    loaded = load_run(run)
+    [record] = loaded.trajectories
+    first = record.turns[0]
+    assert decide([Verdict.from_json(v) for v in first["verdicts"]]).outcome is Outcome.SKIPPED
+    assert standing(first) == (2, 0.0)
+    assert record.best() is record.turns[1]
+    [scored] = score_runs([loaded])
+    assert scored.budgets[1].visible == Score(None, None, timed=None)
+    assert scored.turns == ("none failed", "passed")
+    assert scored.final == Score(True, True, pytest.approx(1.0), pytest.approx(LIGHT), True)
+
+
+def test_what_was_not_judged_reads_not_judged_everywhere(tmp_path: Path, gemm: Family) -> None:
+    """A run where no GPU of the target was: no share, pass@k, fast_p, speedup or speed of light is made up
+    (not 0/3, not 0.000, no bar with an error bar up to 0.79). Beside it, a run of another model where one
+    kernel failed inspect, which judges that one only: its shares count it, pass@k and fast_p need them all."""
+    cpu = write_run(tmp_path / "cpu", gemm, MODEL, [[Turn(n, gpu=False)] for n in (1, 2, 3)])
+    other = "openai:fake-b"
+    partly = write_run(tmp_path / "partly", gemm, other, [[Turn(4, failing="inspect")], [Turn(5, gpu=False)]])
+    scores = score_runs(load_runs([cpu, partly], False))
+    assert [s.final for s in scores if s.model == MODEL] == [Score(None, None, timed=None)] * 3
+    tables = {t.title: t for t in build_tables(scores)}
+    task = ["h100", "gemm-n128-k2048"]
+    partial = "0/1 = 0% [0%, 79%]; 1 not judged"
+    assert rows(tables["Results"]) == [
+        [MODEL, *task, "3", *["not judged"] * 6],
+        [other, *task, "2", partial, partial, *["not judged"] * 4],
+    ]
+    assert rows(tables["By turn budget"])[0] == [MODEL, *task, "1", *["not judged"] * 8]
+    assert {tuple(r[5:]) for r in rows(tables["Per shape"]) if r[0] == MODEL} == {("not judged",) * 5}
+    assert rows(tables["pass@k and fast_p"]) == [
+        [MODEL, *task, "3", "0", "3", *["not judged"] * 8],
+        [other, *task, "2", "0", "1", *["not judged"] * 8],
+    ]
+    assert rows(tables["Failure stage per turn"])[0][-2:] == ["3", "0"]  # none failed, none passed
+    correct, verified = share_bars(scores)
+    assert (correct.rows, correct.not_judged, verified.rows, verified.not_judged) == ([1], [0], [1], [0])
+    assert correct.shares == [0.0] and correct.errors == ([0.0], [pytest.approx(0.79346, abs=1e-5)])
+    pytest.importorskip("matplotlib", reason="the plots need matplotlib (pip install 'pytest-ptxbench[report]')")
+    out = tmp_path / "report"
+    assert main(["report", str(cpu), "--out", str(out)]) == 0
+    page = (out / "report.html").read_text()
+    assert "0.000" not in page and "0/3" not in page and "<td>not judged</td>" in page
+    images = Images()
+    images.feed(page)
+    assert len(images.sources) == 2  # the shares (written not judged) and the failure mix; nothing timed
+
+
+def test_plots_draw_shares_of_none_and_of_all(tmp_path: Path, gemm: Family) -> None:
+    """0 of 3 and 10 of 10 correct: rounding put the Wilson bounds 5.55e-17 inside the share, and matplotlib
+    refused the negative error bars ('xerr' must not contain negative values)."""
+    none = write_run(tmp_path / "none", gemm, "openai:fake-none", [[Turn(1, failing="check")]] * 3)
+    every = write_run(tmp_path / "every", gemm, "openai:fake-every", [[Turn(n, 1.1)] for n in range(10)])
+    scores = score_runs(load_runs([none, every], False))
+    for bars in share_bars(scores):
+        assert bars.shares == [1.0, 0.0]  # every, then none
+        assert all(error >= 0 for side in bars.errors for error in side)
+        assert bars.errors[1][0] == 0.0 and bars.errors[0][1] == 0.0
+    pytest.importorskip("matplotlib", reason="the plots need matplotlib (pip install 'pytest-ptxbench[report]')")
+    out = tmp_path / "report"
+    assert main(["report", str(none), str(every), "--out", str(out)]) == 0
+    images = Images()
+    images.feed((out / "report.html").read_text())
+    assert len(images.sources) == 4

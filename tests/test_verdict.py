@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from pytest_ptxbench.verdict import GPU_STAGES, STAGES, Outcome, Status, Verdict, decide
+import re
+
+import pytest
+
+from pytest_ptxbench.agent.trajectory import standing
+from pytest_ptxbench.verdict import GPU_STAGES, STAGES, Outcome, Status, Verdict, decide, stage_statuses
 
 
 def _all(status: Status, **overrides: Status) -> list[Verdict]:
@@ -41,19 +46,68 @@ def test_tool_unavailable_never_counts_as_passed() -> None:
     assert "profile message" in decision.reason
 
 
+def _on_shape(shape: str, check: Status = Status.PASSED) -> list[Verdict]:
+    """The GPU stages on one shape as the pipeline leaves them: nothing after a check that did not pass."""
+    if check is not Status.PASSED:
+        return [Verdict("check", check, f"no reference for {shape}", {"shape": shape})]
+    return [Verdict(s, Status.PASSED, s, {"shape": shape, "speedup": 1.5} if s == "time" else {}) for s in GPU_STAGES]
+
+
+STATIC = [Verdict("build", Status.PASSED, "built"), Verdict("inspect", Status.PASSED, "opcodes found")]
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_a_stage_passes_only_when_it_passed_on_every_shape(first: bool) -> None:
+    """A check that could not run on one shape and passed on another has not passed, whichever came last."""
+    shapes = [_on_shape("m70", Status.TOOL_UNAVAILABLE), _on_shape("m8192")]
+    verdicts = STATIC + [v for shape in (shapes if first else shapes[::-1]) for v in shape]
+    assert stage_statuses(verdicts)["check"] is Status.TOOL_UNAVAILABLE
+    assert stage_statuses(verdicts)["time"] is Status.PASSED
+    decision = decide(verdicts)
+    assert decision.outcome is Outcome.SKIPPED
+    assert decision.reason == "passed: build, inspect, profile, sanitize, time; no reference for m70"
+    assert decide(verdicts, require_gpu=True).outcome is Outcome.FAILED
+    assert decide(STATIC + _on_shape("m70") + _on_shape("m8192")).outcome is Outcome.PASSED
+
+
+def test_a_failure_on_any_shape_fails_the_stage() -> None:
+    verdicts = STATIC + _on_shape("m70", Status.FAILED) + _on_shape("m8192")
+    assert stage_statuses(verdicts)["check"] is Status.FAILED
+    assert decide(verdicts) == decide(STATIC + _on_shape("m8192") + _on_shape("m70", Status.FAILED))
+    assert decide(verdicts).outcome is Outcome.FAILED
+    skipped = STATIC + [Verdict(s, Status.SKIPPED, "no GPU") for s in GPU_STAGES]
+    assert stage_statuses([*skipped, Verdict("check", Status.FAILED, "wrong")])["check"] is Status.FAILED
+
+
+def test_the_agent_never_ranks_a_kernel_whose_check_could_not_run_on_a_shape() -> None:
+    """The trajectory's ranking goes through the same rule: such a kernel stands with the unjudged ones,
+    below a kernel that passed every stage on every shape, however fast it was where it ran."""
+    partly = STATIC + _on_shape("m70", Status.TOOL_UNAVAILABLE) + _on_shape("m8192")
+    fully = STATIC + _on_shape("m70") + _on_shape("m8192")
+    assert standing({"kernel": "a.cu", "verdicts": [v.to_json() for v in partly]}) == (2, 0.0)
+    assert standing({"kernel": "b.cu", "verdicts": [v.to_json() for v in fully]}) == (3, pytest.approx(1.5))
+
+
 def test_missing_stages_are_named() -> None:
     decision = decide([Verdict("build", Status.PASSED, "built")])
     assert decision.reason == "passed: build; inspect, check, profile, sanitize, time did not run"
 
 
 def test_summary_table_shows_the_time_stage_figures() -> None:
+    """Latency, baseline, speedup, the share of the speed of light reached (SOL) and TFLOP/s."""
     from pytest_ptxbench.summary import render, summary_row
 
     time = Verdict(
         "time",
         Status.PASSED,
         "ok",
-        {"median_ms": 0.8112, "baseline_median_ms": 0.7415, "speedup": 0.914, "tflops": 741.3},
+        {
+            "median_ms": 0.8112,
+            "baseline_median_ms": 0.7415,
+            "speedup": 0.914,
+            "speed_of_light": 0.7496,
+            "tflops": 741.3,
+        },
     )
     row = {
         "id": "gemm-n7168-k5120-h100-m8192",
@@ -63,27 +117,15 @@ def test_summary_table_shows_the_time_stage_figures() -> None:
         "verdicts": [v.to_json() for v in _all(Status.PASSED)[:-1]] + [time.to_json()],
     }
     header, line = render([summary_row(row)])
-    assert header.split() == [
-        "task",
-        "target",
-        "shape",
-        *STAGES,
-        "latency",
-        "baseline",
-        "speedup",
-        "TFLOP/s",
-        "outcome",
-    ]
-    assert line.split() == [
-        "gemm-n7168-k5120",
-        "h100",
-        "m8192",
-        *["ok"] * 6,
-        "0.811",
-        "ms",
-        "0.742",
-        "ms",
-        "0.91x",
-        "741",
-        "passed",
-    ]
+    columns = {m.group(): m.start() for m in re.finditer(r"\S+", header)}  # name → where its cells start
+    ends = [*list(columns.values())[1:], None]
+    cells = {name: line[start:end].strip() for (name, start), end in zip(columns.items(), ends, strict=True)}
+    assert list(columns)[: len(STAGES) + 9] == [
+        "task", "target", "shape", *STAGES, "latency", "baseline", "speedup", "SOL", "TFLOP/s", "outcome",
+    ]  # fmt: skip
+    assert {name: cells[name] for name in ("task", "shape", *STAGES)} == {
+        "task": "gemm-n7168-k5120", "shape": "m8192", **dict.fromkeys(STAGES, "ok"),
+    }  # fmt: skip
+    assert [cells[name] for name in ("latency", "baseline", "speedup", "SOL", "TFLOP/s", "outcome")] == [
+        "0.811 ms", "0.742 ms", "0.91x", "75.0%", "741", "passed",
+    ]  # fmt: skip

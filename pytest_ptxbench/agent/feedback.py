@@ -22,6 +22,7 @@ _HIDDEN_DATA = {
     "log_tail",
     "kernels",
     "found",
+    "speed_of_light",
 }
 
 
@@ -48,6 +49,8 @@ def render(verdicts: Sequence[Verdict], declaration: str) -> str:
         else:
             lines.append(f"{verdict.stage} {verdict.status.value}: {verdict.message}")
             lines += _figures(verdict.data)
+            if verdict.data.get("speed_of_light"):
+                lines.append(f"  speed of light: {verdict.data['speed_of_light']:.1%} of the roofline")
     lines += [f"{', '.join(stages)} {why}" for why, stages in skipped.items()]
     if any(v.status is Status.FAILED for v in verdicts):
         lines.append("Fix the failures above. " + expected(declaration))

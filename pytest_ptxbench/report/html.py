@@ -7,11 +7,12 @@ import base64
 import html
 import io
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .scores import TURN_CATEGORIES, TrajectoryScore
 from .stats import wilson
-from .tables import Table, cells
+from .tables import NOT_JUDGED, SPEED_OF_LIGHT, SPEEDUP, Figure, Table, cells, correct, tally, verified
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
@@ -53,7 +54,8 @@ def render(title: str, preamble: Sequence[str], report: Sequence[Table], plots: 
 
 
 def plots(scores: Sequence[TrajectoryScore]) -> list[tuple[str, str]]:
-    """(caption, base64 PNG) for the shares, the per-shape speedups and the failure mix per turn."""
+    """(caption, base64 PNG) for the shares, the per-shape speedups and speed of light, and the failure mix
+    per turn."""
     try:
         import matplotlib
 
@@ -63,13 +65,17 @@ def plots(scores: Sequence[TrajectoryScore]) -> list[tuple[str, str]]:
         raise MissingMatplotlib("the HTML plots need matplotlib: pip install 'pytest-ptxbench[report]'") from exc
     out = [
         (
-            "Share of trajectories with a correct, and a correct and verified, kernel (Wilson 95% intervals)",
+            "Share of trajectories with a correct, and a correct and verified, kernel among those judged "
+            f"(Wilson 95% intervals; {NOT_JUDGED}: a stage it needs could not run here)",
             _shares(pyplot, scores),
         )
     ]
-    speedups = _speedups(pyplot, scores)
+    speedups = _per_shape(pyplot, scores, SPEEDUP, "speedup (baseline time / kernel time)")
     if speedups:
         out.append(("Speedup over the baseline per shape (each point a trajectory)", speedups))
+    light = _per_shape(pyplot, scores, SPEED_OF_LIGHT, "speed of light (roofline time / kernel time)")
+    if light:
+        out.append(("Share of the roofline reached per shape (each point a trajectory)", light))
     if any(s.turns for s in scores):
         out.append(("What became of each turn's kernel", _failures(pyplot, scores)))
     return out
@@ -83,45 +89,70 @@ def _png(pyplot: Any, figure: Any) -> str:
     return base64.b64encode(buffer.getvalue()).decode()
 
 
-def _shares(pyplot: Any, scores: Sequence[TrajectoryScore]) -> str:
-    grouped = cells(scores)
-    labels = [" / ".join(cell) for cell in grouped]
-    figure, axes = pyplot.subplots(figsize=(9, 1 + 0.5 * len(labels)))
-    for offset, (name, verified) in enumerate((("correct", False), ("correct and verified", True))):
-        shares: list[float] = []
-        errors: list[list[float]] = [[], []]
-        for group in grouped.values():
-            n = len(group)
-            k = sum(1 for s in group if (s.final.verified if verified else s.final.correct))
+@dataclass(frozen=True)
+class ShareBars:
+    """One series of the share plot: a bar per cell with a kernel judged, its Wilson interval as the error
+    below and above the bar, and the rows of the cells with none judged (written `not judged`, no bar)."""
+
+    name: str
+    rows: list[int]
+    shares: list[float]
+    errors: tuple[list[float], list[float]]
+    not_judged: list[int]
+
+
+def share_bars(scores: Sequence[TrajectoryScore]) -> list[ShareBars]:
+    """The correct and the correct-and-verified series, one row per cell."""
+    series = []
+    for name, what in (("correct", correct), ("correct and verified", verified)):
+        bars = ShareBars(name, [], [], ([], []), [])
+        for row, group in enumerate(cells(scores).values()):
+            k, n = tally([s.final for s in group], what)
+            if n == 0:
+                bars.not_judged.append(row)
+                continue
             lo, hi = wilson(k, n)
-            shares.append(k / n)
-            errors[0].append(k / n - lo)
-            errors[1].append(hi - k / n)
-        positions = [i + offset * 0.4 for i in range(len(labels))]
-        axes.barh(positions, shares, height=0.4, xerr=errors, capsize=3, label=name)
+            bars.rows.append(row)
+            bars.shares.append(k / n)
+            bars.errors[0].append(k / n - lo)
+            bars.errors[1].append(hi - k / n)
+        series.append(bars)
+    return series
+
+
+def _shares(pyplot: Any, scores: Sequence[TrajectoryScore]) -> str:
+    labels = [" / ".join(cell) for cell in cells(scores)]
+    figure, axes = pyplot.subplots(figsize=(9, 1 + 0.5 * len(labels)))
+    for offset, bars in enumerate(share_bars(scores)):
+        positions = [row + offset * 0.4 for row in bars.rows]
+        axes.barh(positions, bars.shares, height=0.4, xerr=bars.errors, capsize=3, label=bars.name)
+        for row in bars.not_judged:
+            axes.text(0.01, row + offset * 0.4, f"{bars.name}: {NOT_JUDGED}", va="center", fontsize="small")
     axes.set_yticks([i + 0.2 for i in range(len(labels))], labels)
+    axes.set_ylim(-0.4, len(labels) - 0.2)  # the rows without a bar too
     axes.set_xlim(0, 1)
     axes.set_xlabel("share of trajectories")
     axes.legend(loc="lower right")
     return _png(pyplot, figure)
 
 
-def _speedups(pyplot: Any, scores: Sequence[TrajectoryScore]) -> str | None:
+def _per_shape(pyplot: Any, scores: Sequence[TrajectoryScore], figure: Figure, label: str) -> str | None:
+    """A figure of the timed kernels per shape, each point a trajectory; None when no kernel has it."""
     points = [
-        (" / ".join(s.cell), shape, score.speedup)
+        (f"{' / '.join(s.cell)}: {shape}", value)
         for s in scores
         for shape, (_, score) in s.shapes.items()
-        if score.speedup is not None
+        if (value := figure.of(score)) is not None
     ]
     if not points:
         return None
-    names = sorted({f"{cell}: {shape}" for cell, shape, _ in points})
-    figure, axes = pyplot.subplots(figsize=(9, 1 + 0.35 * len(names)))
-    axes.scatter([p[2] for p in points], [names.index(f"{p[0]}: {p[1]}") for p in points])
+    names = sorted({name for name, _ in points})
+    plot, axes = pyplot.subplots(figsize=(9, 1 + 0.35 * len(names)))
+    axes.scatter([value for _, value in points], [names.index(name) for name, _ in points])
     axes.axvline(1.0, color="grey", linestyle="--")
     axes.set_yticks(range(len(names)), names)
-    axes.set_xlabel("speedup (baseline time / kernel time)")
-    return _png(pyplot, figure)
+    axes.set_xlabel(label)
+    return _png(pyplot, plot)
 
 
 def _failures(pyplot: Any, scores: Sequence[TrajectoryScore]) -> str:

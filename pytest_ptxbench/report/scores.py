@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..agent.trajectory import Trajectory
-from ..verdict import STAGES
+from ..verdict import STAGES, Outcome, Status, Verdict, decide, stage_statuses
 from .runs import Run
 from .stats import geomean
 
@@ -23,43 +23,62 @@ TURN_CATEGORIES = (NO_KERNEL, *STAGES, NONE_FAILED, PASSED)
 
 @dataclass(frozen=True)
 class Score:
-    """One kernel judged on some shapes: correct = the check stage passed on each (at least one);
-    verified = correct, and inspect (SASS) and profile (ncu) passed; speedup = the geometric mean over
-    the shapes when each was timed, else None."""
+    """One kernel judged on some shapes, each stage's verdicts combined by `verdict.stage_statuses`. A figure
+    is None where it was not judged (a stage it needs could not run here, e.g. without a GPU).
+    correct: check passed on every shape (False: no kernel, or build, inspect or check failed);
+    verified: correct, and inspect (SASS) and profile (ncu) passed;
+    timed: correct and time passed on every shape (False: not correct, or time failed);
+    speedup, speed_of_light: geometric means over the shapes when timed (the share of the roofline reached)."""
 
-    correct: bool = False
-    verified: bool = False
+    correct: bool | None = False
+    verified: bool | None = False
     speedup: float | None = None
-    checked: bool = field(default=False, compare=False)  # the check stage ran (no GPU: it did not)
+    speed_of_light: float | None = None
+    timed: bool | None = False
 
 
 def score(verdicts: Iterable[Mapping[str, Any]]) -> Score:
-    by_stage: dict[str, list[Mapping[str, Any]]] = {}
-    for verdict in verdicts:
-        by_stage.setdefault(verdict["stage"], []).append(verdict)
+    judged = [Verdict.from_json(dict(v)) for v in verdicts]
+    statuses = stage_statuses(judged)
+    correct = _stages(statuses, ("build", "inspect", "check")) if judged else False
+    verified = _both(correct, _stages(statuses, ("inspect", "profile")))
+    timed = _both(correct, _stages(statuses, ("time",)))
+    if not timed:
+        return Score(correct, verified, timed=timed)
+    times = [v.data for v in judged if v.stage == "time"]
+    return Score(correct, verified, _geomean(times, "speedup"), _geomean(times, "speed_of_light"), timed)
 
-    def passed(stage: str) -> bool:
-        return bool(by_stage.get(stage)) and all(v["status"] == "passed" for v in by_stage[stage])
 
-    correct = passed("check")
-    verified = correct and passed("inspect") and passed("profile")
-    speedups = [v["data"].get("speedup") for v in by_stage.get("time", []) if v["status"] == "passed"]
-    timed = [float(s) for s in speedups if isinstance(s, (int, float)) and s > 0]
-    every_shape = correct and len(timed) == len(by_stage["check"])
-    checked = any(v["status"] in ("passed", "failed") for v in by_stage.get("check", []))
-    return Score(correct, verified, geomean(timed) if every_shape else None, checked)
+def _stages(statuses: Mapping[str, Status], stages: Sequence[str]) -> bool | None:
+    """False when one of `stages` failed, True when each passed on every shape, else None (not judged)."""
+    if any(statuses.get(s) is Status.FAILED for s in stages):
+        return False
+    return True if all(statuses.get(s) is Status.PASSED for s in stages) else None
+
+
+def _both(a: bool | None, b: bool | None) -> bool | None:
+    """Three-valued and: False when either is, None when either is not judged, else True."""
+    if a is False or b is False:
+        return False
+    return None if a is None or b is None else True
+
+
+def _geomean(data: Sequence[Mapping[str, Any]], key: str) -> float | None:
+    """The geometric mean of a figure over the shapes; None unless every shape has a positive one."""
+    values = [float(d[key]) for d in data if isinstance(d.get(key), (int, float)) and d[key] > 0]
+    return geomean(values) if values and len(values) == len(data) else None
 
 
 def turn_category(turn: Mapping[str, Any]) -> str:
     """What became of one turn: no kernel, the first stage that failed, none failed, or passed."""
     if turn["kernel"] is None or not turn["verdicts"]:
         return NO_KERNEL
-    statuses = {v["stage"]: v["status"] for v in turn["verdicts"] if v["status"] != "passed"}
-    failed = [s for s in STAGES if statuses.get(s) == "failed"]
+    verdicts = [Verdict.from_json(v) for v in turn["verdicts"]]
+    statuses = stage_statuses(verdicts)
+    failed = [s for s in STAGES if statuses.get(s) is Status.FAILED]
     if failed:
         return failed[0]
-    ran = {v["stage"] for v in turn["verdicts"]}
-    return PASSED if not statuses and ran >= set(STAGES) else NONE_FAILED
+    return PASSED if decide(verdicts).outcome is Outcome.PASSED else NONE_FAILED
 
 
 @dataclass(frozen=True)

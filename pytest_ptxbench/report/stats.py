@@ -14,13 +14,14 @@ BOOTSTRAP_SEED = 0
 
 
 def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """The Wilson score interval of a share (95 % by default); (0, 1) without trials."""
+    """The Wilson score interval of a share (95 % by default); (0, 1) without trials. Rounding never puts
+    a bound outside [0, 1] or on the wrong side of the share (0/n has the lower bound 0, n/n the upper 1)."""
     if n == 0:
         return (0.0, 1.0)
     p = successes / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    return (max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half)))
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -34,9 +35,10 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def fast_p(speedups: Sequence[float | None], p: float) -> float:
     """The share of trajectories whose kernel is correct and faster than `p` × the baseline; an entry is
-    the speedup of a correct kernel, or None (not correct, or not timed)."""
+    the speedup of a correct kernel, or None (not correct, or its time failed). Trajectories not judged
+    (the check or time could not run) are no entries."""
     if not speedups:
-        return 0.0
+        raise ValueError("fast_p needs at least one judged trajectory")
     return sum(1 for s in speedups if s is not None and s > p) / len(speedups)
 
 

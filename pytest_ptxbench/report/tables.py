@@ -1,8 +1,10 @@
 """The paper-style tables of `ptxbench report`, built from trajectory scores, and their Markdown.
 
 Each cell is a (model, target, task); its trajectories are the samples of every estimate: shares with
-Wilson 95 % intervals, speedups as geometric means with a seeded bootstrap interval, the unbiased pass@k
-(a trajectory passes when its kernel is correct and verified) and fast_p (correct and speedup > p)."""
+Wilson 95 % intervals, speedups and speed of light as geometric means with a seeded bootstrap interval, the
+unbiased pass@k (a trajectory passes when its kernel is correct and verified) and fast_p (correct and
+speedup > p). A trajectory whose kernel was not judged for a figure (a stage it needs could not run here)
+is no sample of it, and a figure no kernel was judged for reads `not judged`."""
 
 from __future__ import annotations
 
@@ -13,7 +15,18 @@ from .scores import TURN_CATEGORIES, Score, TrajectoryScore
 from .stats import FAST_P, bootstrap_geomean, fast_p, geomean, pass_at_k, wilson
 
 PASS_K = (1, 5, 10)
+NOT_JUDGED = "not judged"  # a stage the figure needs could not run here (no GPU, a tool unavailable)
 Cell = tuple[str, str, str]  # model, target, task
+SPEED_HEADER = [
+    "best speedup",
+    "best speed of light",
+    "speedup (geomean [95% CI])",
+    "speed of light (geomean [95% CI])",
+]
+SPEED_OF_LIGHT_NOTE = (
+    "Speed of light: the share of the roofline the kernel reached (the time of the task's FLOPs and bytes at "
+    "the GPU's datasheet peaks over the measured time), per kernel the geometric mean over its shapes."
+)
 
 
 @dataclass(frozen=True)
@@ -33,33 +46,60 @@ class Table:
         return "\n".join(lines)
 
 
-def share(scores: Sequence[Score], what: Callable[[Score], bool]) -> str:
-    """`k/n = p% [lo%, hi%]` with the Wilson interval; `not run` where no check stage ran (no GPU)."""
-    n, k = len(scores), sum(1 for s in scores if what(s))
-    if n == 0:
+def share(scores: Sequence[Score], what: Callable[[Score], bool | None]) -> str:
+    """`k/n = p% [lo%, hi%]` with the Wilson interval over the kernels judged, and how many were not;
+    `not judged` when none was (no GPU)."""
+    if not scores:
         return "–"
-    if not any(s.checked for s in scores):
-        return "not run"
+    k, n = tally(scores, what)
+    if n == 0:
+        return NOT_JUDGED
     lo, hi = wilson(k, n)
-    return f"{k}/{n} = {k / n:.0%} [{lo:.0%}, {hi:.0%}]"
+    unjudged = f"; {len(scores) - n} {NOT_JUDGED}" if n < len(scores) else ""
+    return f"{k}/{n} = {k / n:.0%} [{lo:.0%}, {hi:.0%}]{unjudged}"
 
 
-def _speedups(scores: Sequence[Score]) -> list[float]:
-    return [s.speedup for s in scores if s.speedup is not None]
+def tally(scores: Sequence[Score], what: Callable[[Score], bool | None]) -> tuple[int, int]:
+    """(kernels for which `what` holds, kernels judged for it)."""
+    judged = [j for j in map(what, scores) if j is not None]
+    return sum(judged), len(judged)
 
 
-def best_speedup(scores: Sequence[Score]) -> str:
-    values = _speedups(scores)
-    return f"{max(values):.2f}x" if values else "–"
+@dataclass(frozen=True)
+class Figure:
+    """A number of a timed kernel, shown as the best and the geometric mean over kernels."""
+
+    of: Callable[[Score], float | None]
+    form: str
+    bound_form: str  # the bootstrap interval's bounds
 
 
-def speedup_summary(scores: Sequence[Score]) -> tuple[str, str]:
-    """(best speedup, geometric mean [bootstrap 95 % interval]) over the scores that have one."""
-    values = _speedups(scores)
+SPEEDUP = Figure(lambda s: s.speedup, "{:.2f}x", "{:.2f}")
+SPEED_OF_LIGHT = Figure(lambda s: s.speed_of_light, "{:.1%}", "{:.1%}")
+
+
+def _values(scores: Sequence[Score], figure: Figure) -> list[float]:
+    return [v for v in map(figure.of, scores) if v is not None]
+
+
+def _absent(scores: Sequence[Score]) -> str:
+    """What a figure no kernel has reads as: not judged when some kernel's time could not run here."""
+    return NOT_JUDGED if any(s.timed is None for s in scores) else "–"
+
+
+def best(scores: Sequence[Score], figure: Figure) -> str:
+    values = _values(scores, figure)
+    return figure.form.format(max(values)) if values else _absent(scores)
+
+
+def mean(scores: Sequence[Score], figure: Figure) -> str:
+    """The geometric mean [bootstrap 95 % interval] over the scores that have the figure."""
+    values = _values(scores, figure)
     if not values:
-        return ("–", "–")
+        return _absent(scores)
     lo, hi = bootstrap_geomean(values)
-    return (best_speedup(scores), f"{geomean(values):.2f}x [{lo:.2f}, {hi:.2f}]")
+    bounds = f"{figure.bound_form.format(lo)}, {figure.bound_form.format(hi)}"
+    return f"{figure.form.format(geomean(values))} [{bounds}]"
 
 
 def cells(scores: Sequence[TrajectoryScore]) -> dict[Cell, list[TrajectoryScore]]:
@@ -73,20 +113,19 @@ def results_table(scores: Sequence[TrajectoryScore]) -> Table:
     rows = []
     for cell, group in cells(scores).items():
         finals = [s.final for s in group]
-        best, mean = speedup_summary(finals)
-        rows.append([*cell, str(len(group)), share(finals, _correct), share(finals, _verified), best, mean])
-    header = [
-        "model",
-        "target",
-        "task",
-        "trajectories",
-        "correct",
-        "correct and verified",
-        "best speedup",
-        "speedup (geomean [95% CI])",
-    ]
-    note = "Each trajectory's handed-over kernel on every shape the run evaluated. Shares with Wilson 95% intervals; speedups over correct kernels timed on every shape, bootstrap interval (seed 0)."
+        rows.append([*cell, str(len(group)), share(finals, correct), share(finals, verified), *_speed(finals)])
+    header = ["model", "target", "task", "trajectories", "correct", "correct and verified", *SPEED_HEADER]
+    note = (
+        "Each trajectory's handed-over kernel on every shape the run evaluated. Shares with Wilson 95% intervals "
+        f"over the kernels judged ({NOT_JUDGED}: a stage the figure needs could not run here, e.g. without a GPU); "
+        f"speedups over correct kernels timed on every shape, bootstrap interval (seed 0). {SPEED_OF_LIGHT_NOTE}"
+    )
     return Table("Results", header, rows, note)
+
+
+def _speed(scores: Sequence[Score]) -> list[str]:
+    """Best speedup and speed of light, then their geometric means with bootstrap intervals."""
+    return [best(scores, SPEEDUP), best(scores, SPEED_OF_LIGHT), mean(scores, SPEEDUP), mean(scores, SPEED_OF_LIGHT)]
 
 
 def budget_table(scores: Sequence[TrajectoryScore]) -> Table:
@@ -96,32 +135,16 @@ def budget_table(scores: Sequence[TrajectoryScore]) -> Table:
             budgets = [s.budgets[k] for s in group if k in s.budgets]
             visible = [b.visible for b in budgets]
             hidden = [b.hidden for b in budgets if b.hidden is not None]
-            rows.append(
-                [
-                    *cell,
-                    str(k),
-                    share(visible, _correct),
-                    share(visible, _verified),
-                    best_speedup(visible),
-                    share(hidden, _correct),
-                    share(hidden, _verified),
-                    best_speedup(hidden),
-                ]
-            )
-    header = [
-        "model",
-        "target",
-        "task",
-        "turns",
-        "visible: correct",
-        "visible: verified",
-        "visible: best speedup",
-        "hidden: correct",
-        "hidden: verified",
-        "hidden: best speedup",
-    ]
+            rows.append([*cell, str(k), *_budget(visible), *_budget(hidden)])
+    header = ["model", "target", "task", "turns"]
+    for shapes in ("visible", "hidden"):
+        header += [f"{shapes}: {name}" for name in ("correct", "verified", "best speedup", "best speed of light")]
     note = "The best kernel within the first k model calls of each trajectory. Hidden-shape scores exist for the trajectories whose best kernel within k turns is the kernel the run scored on the hidden shapes."
     return Table("By turn budget", header, rows, note)
+
+
+def _budget(scores: Sequence[Score]) -> list[str]:
+    return [share(scores, correct), share(scores, verified), best(scores, SPEEDUP), best(scores, SPEED_OF_LIGHT)]
 
 
 def shape_table(scores: Sequence[TrajectoryScore]) -> Table:
@@ -129,23 +152,38 @@ def shape_table(scores: Sequence[TrajectoryScore]) -> Table:
     for cell, group in cells(scores).items():
         for shape in sorted({sh for s in group for sh in s.shapes}):
             entries = [s.shapes[shape] for s in group if shape in s.shapes]
-            judged = [score for _, score in entries]
-            best, mean = speedup_summary(judged)
-            rows.append([*cell, shape, "yes" if entries[0][0] else "no", share(judged, _correct), best, mean])
-    header = ["model", "target", "task", "shape", "hidden", "correct", "best speedup", "speedup (geomean [95% CI])"]
-    return Table("Per shape", header, rows)
+            on_shape = [score for _, score in entries]
+            rows.append([*cell, shape, "yes" if entries[0][0] else "no", share(on_shape, correct), *_speed(on_shape)])
+    header = ["model", "target", "task", "shape", "hidden", "correct", *SPEED_HEADER]
+    return Table("Per shape", header, rows, SPEED_OF_LIGHT_NOTE)
 
 
 def pass_table(scores: Sequence[TrajectoryScore]) -> Table:
     rows = []
     for cell, group in cells(scores).items():
-        n, c = len(group), sum(1 for s in group if s.final.verified)
+        finals = [s.final for s in group]
+        n, (c, judged) = len(finals), tally(finals, verified)
         passes = [f"{pass_at_k(n, c, k):.3f}" if k <= n else "–" for k in PASS_K]
-        speedups = [s.final.speedup if s.final.correct else None for s in group]
-        rows.append([*cell, str(n), str(c), *passes, *(f"{fast_p(speedups, p):.3f}" for p in FAST_P)])
-    header = ["model", "target", "task", "n", "c", *(f"pass@{k}" for k in PASS_K), *(f"fast_{p:g}" for p in FAST_P)]
-    note = "pass@k: unbiased estimator over n trajectories of which c handed over a correct and verified kernel. fast_p: share of trajectories whose kernel is correct with speedup > p (a kernel not timed counts as not fast)."
+        speedups = [s.speedup if s.timed else None for s in finals]
+        fast = [f"{fast_p(speedups, p):.3f}" for p in FAST_P]
+        every_speed = all(s.timed is not None for s in finals)
+        rows.append(
+            [*cell, str(n), str(c), str(n - judged), *_judged(passes, judged == n), *_judged(fast, every_speed)]
+        )
+    header = ["model", "target", "task", "n", "c", NOT_JUDGED, *(f"pass@{k}" for k in PASS_K)]
+    header += [f"fast_{p:g}" for p in FAST_P]
+    note = (
+        "pass@k: unbiased estimator over n trajectories of which c handed over a correct and verified kernel. "
+        "fast_p: share of trajectories whose kernel is correct with speedup > p (a kernel whose time failed "
+        f"counts as not fast). Both need every trajectory's kernel judged (left out, the kernels that could not "
+        f"be judged here would bias them); otherwise {NOT_JUDGED}, and the column {NOT_JUDGED} counts the "
+        "trajectories whose kernel's verification could not run here."
+    )
     return Table("pass@k and fast_p", header, rows, note)
+
+
+def _judged(estimates: list[str], judged: bool) -> list[str]:
+    return estimates if judged else [NOT_JUDGED] * len(estimates)
 
 
 def failure_table(scores: Sequence[TrajectoryScore]) -> Table:
@@ -209,9 +247,9 @@ def markdown(title: str, preamble: Sequence[str], report: Sequence[Table]) -> st
     return "\n".join(parts)
 
 
-def _correct(s: Score) -> bool:
+def correct(s: Score) -> bool | None:
     return s.correct
 
 
-def _verified(s: Score) -> bool:
+def verified(s: Score) -> bool | None:
     return s.verified

@@ -84,6 +84,8 @@ def verdict(
         "speedup": baseline.median / candidate.median if candidate.median > 0 else None,
         "tflops": flops / candidate.median / 1e9 if candidate.median > 0 else None,
         "floor_ms": floor,
+        # the share of the roofline reached: the speed-of-light floor over the measured time
+        "speed_of_light": floor / candidate.median if candidate.median > 0 else None,
         "runs": len(candidate.spans_ms),
         "spans_ms": candidate.spans_ms,
         "baseline_spans_ms": baseline.spans_ms,
