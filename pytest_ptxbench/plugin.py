@@ -10,8 +10,10 @@ import pytest
 
 from . import hookspec, settings
 from .agent import Agent, builtin_agent
+from .agent.loop import cap_reached
 from .benchmarking import ReplayClock, record
 from .device import detect_devices
+from .distribution import keep_tasks_together, tell_worker
 from .pinning import pin_worker
 from .runkeeper import RunKeeper
 from .session import Harness
@@ -49,11 +51,18 @@ def pytest_configure(config: pytest.Config) -> None:
         pin_worker(worker, detect_devices())  # before anything starts CUDA
     harness = Harness(config)
     config.stash[HARNESS] = harness
-    config.pluginmanager.register(Recorder(), "ptxbench-recorder")
+    note = keep_tasks_together(config, harness.settings)
+    config.pluginmanager.register(Recorder(harness, note), "ptxbench-recorder")
     config.pluginmanager.register(RunKeeper(config, harness.run, harness.settings), "ptxbench-run")
     # xdist workers inherit the environment: they must all write into the controller's run directory.
     config.stash[_OUT_SET_HERE] = "PTXBENCH_OUT" not in os.environ
     os.environ.setdefault("PTXBENCH_OUT", str(harness.run.path))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist's controller, before each worker starts."""
+    tell_worker(node)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -142,10 +151,11 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 class Recorder:
-    """Collects each benchmark test's row from its report (on the xdist controller too) and prints
-    the table at the end."""
+    """Collects each benchmark test's row from its report (on the xdist controller too) and prints at the
+    end the table, a cap the model calls reached, how xdist distributed and the run directory."""
 
-    def __init__(self) -> None:
+    def __init__(self, harness: Harness, note: str | None) -> None:
+        self.harness, self.note = harness, note
         self.rows: list[dict[str, Any]] = []
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -155,7 +165,15 @@ class Recorder:
             ]
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.rows:
-            terminalreporter.write_sep("=", "ptxbench")
-            for line in render(self.rows):
-                terminalreporter.write_line(line)
+        if not self.rows:
+            return
+        terminalreporter.write_sep("=", "ptxbench")
+        for line in render(self.rows):
+            terminalreporter.write_line(line)
+        run = self.harness.run.path
+        cap = cap_reached(run, self.harness.settings)
+        if cap:
+            terminalreporter.write_line(f"ptxbench: {cap}: no model call started after it", yellow=True, bold=True)
+        if self.note:
+            terminalreporter.write_line(f"ptxbench: {self.note}")
+        terminalreporter.write_line(f"ptxbench run directory: {run}")

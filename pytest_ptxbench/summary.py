@@ -3,12 +3,14 @@ it also works under xdist."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .verdict import STAGES
 
 PROPERTY = "ptxbench"
 _SHORT = {"passed": "ok", "failed": "FAIL", "skipped": "-", "tool-unavailable": "n/a"}
+REASON_CHARS = 80  # the reason column: one short line; the test report and results.jsonl keep it whole
 
 
 def summary_row(evaluation_row: dict[str, Any]) -> dict[str, Any]:
@@ -22,6 +24,7 @@ def summary_row(evaluation_row: dict[str, Any]) -> dict[str, Any]:
         "shape": evaluation_row["id"].removeprefix(f"{evaluation_row['task']}-{evaluation_row['target']}-"),
         "stages": stages,
         "outcome": evaluation_row["outcome"],
+        "reason": short_reason(evaluation_row),
         "latency_ms": timing.get("median_ms"),
         "baseline_ms": timing.get("baseline_median_ms"),
         "baseline": timing.get("baseline"),
@@ -32,9 +35,21 @@ def summary_row(evaluation_row: dict[str, Any]) -> dict[str, Any]:
 
 
 def render(rows: list[dict[str, Any]]) -> list[str]:
-    header = ["task", "target", "shape", *STAGES, "latency", "baseline", "speedup", "SOL", "TFLOP/s", "outcome"]
+    header = [
+        "task",
+        "target",
+        "shape",
+        *STAGES,
+        "latency",
+        "baseline",
+        "speedup",
+        "SOL",
+        "TFLOP/s",
+        "outcome",
+        "reason",
+    ]
     table = [header]
-    for row in sorted(rows, key=lambda r: r["id"]):
+    for row in sorted(rows, key=lambda r: natural(r["id"])):
         table.append(
             [
                 row["task"],
@@ -47,10 +62,35 @@ def render(rows: list[dict[str, Any]]) -> list[str]:
                 _number(row.get("speed_of_light"), "{:.1%}"),
                 _number(row.get("tflops"), "{:.0f}"),
                 row["outcome"],
+                row.get("reason", ""),
             ]
         )
     widths = [max(len(str(r[i])) for r in table) for i in range(len(header))]
     return ["  ".join(str(cell).ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in table]
+
+
+def short_reason(evaluation_row: dict[str, Any]) -> str:
+    """Why a test did not pass, on one short line: the first stage that failed, else the first that could
+    not run (the stage columns show which passed), else the decision's own reason (no kernel, a cap) without
+    the agent's name, which the header shows."""
+    if evaluation_row["outcome"] == "passed":
+        return ""
+    verdicts = evaluation_row["verdicts"]
+    failed = [v for v in verdicts if v["status"] == "failed"]
+    not_run = [v for v in verdicts if v["status"] != "passed"]
+    first = (failed or not_run or [None])[0]
+    reason, model = evaluation_row["reason"], evaluation_row["model"]
+    if first:
+        text = f"{first['stage']}: {first['message']}"
+    else:
+        text = reason[len(model) :].removeprefix(":") if reason.startswith(model) else reason
+    text = " ".join(text.split())
+    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 3] + "..."
+
+
+def natural(text: str) -> tuple[str | int, ...]:
+    """A sort key that orders the numbers inside ids by value: m70 < m952 < m8192, s1000 < s2048."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
 
 
 def _baseline(row: dict[str, Any]) -> str:

@@ -3,26 +3,32 @@ is about verdicts) the real build and inspect stages."""
 
 from __future__ import annotations
 
+import ctypes
 import json
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_ptxbench.agent import NoKernel
+from pytest_ptxbench.agent import NoKernel, feedback
 from pytest_ptxbench.agent.loop import ModelAgent
 from pytest_ptxbench.agent.models.specs import parse_spec
 from pytest_ptxbench.agent.replay import ReplayAgent
 from pytest_ptxbench.candidate import Candidate
-from pytest_ptxbench.device import parse_devices
+from pytest_ptxbench.device import missing_device, parse_devices
+from pytest_ptxbench.parsers import ncu
 from pytest_ptxbench.pipeline import Pipeline
 from pytest_ptxbench.rundir import RunDirectory
+from pytest_ptxbench.stages import check, profile, timing
 from pytest_ptxbench.targets import TARGETS
 from pytest_ptxbench.task.catalogue import Family
 from pytest_ptxbench.verdict import STAGES, Status, Verdict
+from pytest_ptxbench.workers import Child, ChildFailed, child_environment, make_sandbox
 
-from .conftest import DATA, KERNELS, REFERENCE_GEMM
+from .conftest import DATA, KERNELS, REFERENCE_GEMM, ROOT, TASKS, BuildAndInspect
 from .fake_models import FakeModelServer, Step, conversation, fenced
 from .model_settings import model_settings
 
@@ -129,7 +135,9 @@ def test_replies_without_a_kernel_are_counted_turns(rig: Callable[..., Rig]) -> 
     r = rig(script, turns=3)
     result = r.kernel()
     assert isinstance(result, NoKernel)
-    assert result.failed and result.reason.startswith("openai:fake-model: no kernel after 3 turn(s) (turns used); see ")
+    assert result.failed and result.reason.startswith(
+        "openai:fake-model: the model gave no kernel in 3 turn(s) (turns used; last: the ```cuda block is not closed"
+    )
     problems = [t["problem"] for t in r.trajectory()["turns"]]
     assert problems == [
         "the reply declined (I can't help with that.) and holds no kernel",
@@ -154,8 +162,9 @@ def test_a_cap_stops_the_run(rig: Callable[..., Rig], settings: dict[str, Any], 
     r.kernel()
     record = r.trajectory()
     assert record["info"]["exit_status"] == status and len(record["turns"]) == 2
-    second = r.kernel(trajectory=2)  # the cap holds for the whole run
-    assert isinstance(second, NoKernel) and status in second.reason
+    second = r.kernel(trajectory=2)  # the cap holds for the whole run: never tried, so skipped, not failed
+    assert second == NoKernel(f"openai:fake-model: not tried: {status}", failed=False)
+    assert not (r.run / "trajectories" / "gemm-n128-k2048-h100-t2.json").exists()
     assert len(r.server.requests) == 2
     assert len((r.run / "model-usage.jsonl").read_text().splitlines()) == 2
 
@@ -226,16 +235,58 @@ def test_a_failing_trajectory_does_not_raise(rig: Callable[..., Rig]) -> None:
         raise RuntimeError("disk full")
 
     result = r.kernel(judge=broken)
-    assert isinstance(result, NoKernel) and "(error: RuntimeError: disk full)" in result.reason
+    assert isinstance(result, NoKernel) and result.failed
+    assert "openai:fake-model: harness error after 1 turn(s): RuntimeError: disk full; see " in result.reason
     assert r.trajectory()["info"]["ptxbench"]["error"] == "RuntimeError: disk full"
 
 
-def test_model_error_ends_the_trajectory_with_the_best_so_far(rig: Callable[..., Rig]) -> None:
-    r = rig([Step(fenced(REFERENCE_GEMM)), Step(status=503)], turns=4, max_retries=1)
+def test_a_provider_error_is_the_result_not_an_earlier_turns_build_error(rig: Callable[..., Rig]) -> None:
+    r = rig([Step(fenced(kernel("syntax_error.cu"))), Step(status=503)], turns=4, max_retries=1)
     result = r.kernel()
     info = r.trajectory()["info"]
-    assert info["exit_status"] == "model error" and "503" in info["ptxbench"]["error"]
+    assert info["exit_status"] == "provider error" and "503" in info["ptxbench"]["error"]
+    assert isinstance(result, NoKernel) and result.failed
+    assert result.reason.startswith(
+        "openai:fake-model: provider error at turn 2: openai:fake-model: InternalServerError: Error code: 503"
+    )
+    assert "(gave up after 2 attempts); the best kernel before it (turn 1) failed build; see " in result.reason
+    assert "nvcc" not in result.reason
+    assert len(r.server.requests) == 3
+
+
+def test_a_provider_error_ends_the_trajectory_with_a_kernel_that_failed_no_stage(rig: Callable[..., Rig]) -> None:
+    r = rig([Step(fenced(REFERENCE_GEMM)), Step(status=503)], turns=4, max_retries=0)
+    result = r.kernel(judge=passing([0.8]))
+    assert r.trajectory()["info"]["exit_status"] == "provider error"
     assert isinstance(result, Candidate) and result.origin.endswith("turn 1")
+
+
+def test_without_a_gpu_the_trajectory_ends_at_the_first_kernel_that_passes_what_can_run(
+    rig: Callable[..., Rig],
+) -> None:
+    """Later turns could only resend a kernel nobody can judge further here: no model call is spent on them."""
+    script = [Step(fenced(kernel("syntax_error.cu"))), Step(fenced(REFERENCE_GEMM)), Step(fenced(REFERENCE_GEMM))]
+    r = rig(script, turns=6)
+    result = r.kernel()
+    record = r.trajectory()
+    assert len(r.server.requests) == 2 and len(record["turns"]) == 2
+    assert record["info"]["exit_status"] == (
+        "passed every stage that can run here (check skipped: needs an sm_90 device (H100-class), found none)"
+    )
+    assert isinstance(result, Candidate) and result.origin.endswith("turn 2")
+
+
+def test_a_gpu_stage_that_ran_keeps_the_trajectory_going(rig: Callable[..., Rig]) -> None:
+    """No stage failed, yet the profiler was unavailable while the kernel ran and was timed: the model can
+    still make it faster, so the turns go on."""
+
+    def judge(candidate: Candidate) -> list[Verdict]:
+        ran = [Verdict(stage, Status.PASSED, "ok") for stage in STAGES]
+        return [*ran[:3], Verdict("profile", Status.TOOL_UNAVAILABLE, "requires ncu, found none"), *ran[4:]]
+
+    r = rig([Step(fenced(kernel("wgmma_bf16.cu").replace("0.f", f"{i}.f"))) for i in range(3)], turns=3)
+    r.kernel(judge=judge)
+    assert r.trajectory()["info"]["exit_status"] == "turns used" and len(r.server.requests) == 3
 
 
 def test_replay_reproduces_the_verdicts(rig: Callable[..., Rig], tmp_path: Path) -> None:
@@ -330,3 +381,103 @@ def test_a_judged_shape_is_reused_unless_the_trusted_side_failed(
     assert stages.calls == calls
     assert [v.status for v in verdicts[0][2:]] == [v.status for v in first]
     assert verdicts[1][:2] == verdicts[0][:2]  # build and inspect, once
+
+
+def _realistic_verdicts(build_and_inspect: BuildAndInspect, run: Path, scratch: Path) -> list[list[Verdict]]:
+    """Verdicts of every stage, passed and failed, as the stages make them: real builds and inspections, a
+    real child's death, a real loader error, the sandbox's own description, recorded ncu output."""
+    built, inspected = build_and_inspect(TASKS / "reference" / "h100" / "gemm.cu")
+    broken, _ = build_and_inspect(KERNELS / "syntax_error.cu")
+    assert inspected is not None
+    static = [built, inspected]
+    child = Child("trusted", scratch / "trusted", child_environment(scratch / "trusted"))
+    try:
+        assert child.process.stdin is not None
+        child.process.stdin.write("not a request\n")  # the child dies with a Python traceback in its log
+        child.process.stdin.flush()
+        with pytest.raises(ChildFailed) as died:
+            child.request({"op": "prepare"}, 120)
+    finally:
+        child.close()
+    with pytest.raises(OSError) as unloadable:  # what loading the candidate's runtime says when it is missing
+        ctypes.CDLL(str(scratch / "libcudart.so.13"))
+    references = scratch / "private" / "references"
+    references.mkdir(parents=True)
+    sandbox = make_sandbox([ROOT, Path.cwd()], [run, scratch], hidden=[scratch / "private"]).description
+    correct = check.Comparison("C", "set 0, poison 0xFF", 1 << 20, 0, 0, False, 0.0)
+    wrong = check.Comparison("C", "set 1, poison 0xFF", 1 << 20, 3, 0, False, 2.5, ["C[0, 7] = 3.5, expected 1"])
+    checked = check.verdict([correct], 0.99999, [], [], 1.0)
+    failed_check = check.verdict([correct, wrong], 0.99999, ["A"], [], 1.0)
+    for verdict in (checked, failed_check):
+        verdict.data.update(sandbox=sandbox, shape="m8192")
+    launches = ncu.parse_raw_csv((DATA / "reference_gemm_core.ncu.csv").read_text())
+    work = profile.Work(2 * 8192 * 7168 * 5120, 0.5)
+    profiled = profile._judge(launches, {launches[0].kernel: "gemm"}, ("HGMMA.*.F32.BF16",), work, "2025.3.1", 1.0)
+    library = built.data["library"]
+    findings = {  # compute-sanitizer's lines as sanitize keeps them
+        "memcheck": [
+            "Invalid __global__ write of size 4 bytes",
+            f"at gemm_bf16_tn_kernel+0x1b0 in {Path(library).with_name('candidate.cu')}:212",
+            f"Host Frame: [0x2f1b3e] in {Path.home() / '.local' / 'lib' / 'libcuda.so.1'}",
+            f"Host Frame: ptxbench_gemm [0x1f20] in {library}",
+        ]
+    }
+    sanitized = Verdict(
+        "sanitize",
+        Status.FAILED,
+        "memcheck: " + " | ".join(findings["memcheck"]),
+        {"findings": findings, "unavailable": {}, "compute_sanitizer": "2025.3.1", "shape": {"M": 256}},
+    )
+    series = timing.Series([0.82] * 10, [0.9] * 10)
+    timed = timing.verdict(
+        series,
+        timing.Series([0.75] * 10, [0.8] * 10),
+        "cuBLAS",
+        "h100",
+        work.flops,
+        2 * (8192 * 5120 + 7168 * 5120 + 8192 * 7168),
+        [],
+        {"libraries": {"torch": "2.9.0", "cudart": str(scratch / "libcudart.so.13")}, "kernels": ["gemm"]},
+        1.0,
+    )
+    timed.data.update(rechecked=[13, 41], shape="m8192")
+    gpu_stages = [checked, profiled, sanitized, timed]
+    return [
+        [broken],
+        [built, Verdict("inspect", Status.FAILED, f"cannot disassemble {library}", {"found": {}})],
+        static + [Verdict(s, Status.SKIPPED, missing_device(H100, [])) for s in STAGES[2:]],
+        [
+            *static,
+            Verdict("check", Status.FAILED, f"load: OSError: {unloadable.value}", {"sandbox": sandbox}),
+            failed_check,
+        ],
+        [*static, checked, Verdict("profile", Status.FAILED, f"the candidate failed under ncu: {died.value}")],
+        [*static, checked, profile._empty((DATA / "ncu-exits-3.log").read_text(), 3, "2025.3.1", 1.0)],
+        [*static, *gpu_stages],
+        [*static, *gpu_stages[:-1], Verdict("time", Status.FAILED, f"the candidate failed while timing: {died.value}")],
+    ]
+
+
+def test_feedback_carries_no_host_path_and_no_sandbox(build_and_inspect: BuildAndInspect, tmp_path: Path) -> None:
+    """Feedback shows the fields each stage allows: the verdicts hold the run directory, the scratch folder in
+    /dev/shm, the checkout, HOME and the sandbox's description (with the hidden references folder), the
+    model sees none of them."""
+    shm = Path("/dev/shm")
+    scratch = Path(tempfile.mkdtemp(prefix="ptxbench-", dir=shm if shm.is_dir() else None))
+    try:
+        cases = _realistic_verdicts(build_and_inspect, tmp_path, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    private = [str(tmp_path), str(scratch), str(ROOT), str(Path.home()), "/dev/shm", "sandbox", "namespaces"]
+    recorded = json.dumps([[v.to_json() for v in verdicts] for verdicts in cases])
+    assert all(text in recorded for text in private)  # the verdicts do hold them (the test can fail)
+    for verdicts in cases:
+        text = feedback.render(verdicts, "void f();")
+        leaked = [p for p in private if p in text]
+        assert not leaked, f"{leaked} in feedback on {[(v.stage, v.status.value) for v in verdicts]}:\n{text}"
+        assert "rechecked" not in text and "hidden" not in text
+    shown = feedback.render(cases[6], "void f();")
+    assert "  comparisons: [{output: C, label: set 0, poison 0xFF," in shown  # what the model needs stays
+    assert "  executed: {HGMMA.*.F32.BF16: 4587520}" in shown and "  speedup: 0.9146" in shown
+    assert "Host Frame: [0x2f1b3e] in libcuda.so.1" in feedback.render(cases[6], "void f();")
+    assert 'File "trusted.py", line' in feedback.render(cases[4], "void f();")

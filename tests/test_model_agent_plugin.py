@@ -125,6 +125,53 @@ def test_bad_model_settings_stop_collection(project: pytest.Pytester, args: tupl
     result.stdout.fnmatch_lines([message])
 
 
+def test_a_provider_error_reads_as_one_not_as_an_earlier_build_error(project: pytest.Pytester, keys: None) -> None:
+    """The provider fails at turn 2 after turn 1's kernel failed to build: the tests fail for the provider's
+    error, in the summary table too, not for turn 1's compiler log."""
+    pytest.importorskip("openai", reason="the openai SDK is not installed")
+    script = [Step(fenced(KERNELS.joinpath("syntax_error.cu").read_text())), Step(status=503)]
+    with FakeModelServer("openai", script) as server:
+        result = project.runpytest_subprocess(
+            "tasks", "--ptx-model=openai-compatible:fake-model", f"--ptx-base-url={server.base_url}",
+            "--ptx-turns=3", "--ptx-max-retries=0", *SELECT,
+        )  # fmt: skip
+    result.assert_outcomes(failed=2)
+    assert len(server.requests) == 2
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_task?gemm-n128-k2048-h100-m8192? _*",
+            "openai-compatible:fake-model: provider error at turn 2: openai-compatible:fake-model: "
+            "InternalServerError: *503*; the best kernel before it (turn 1) failed build; see *",
+            "gemm-n128-k2048 * m972 * - * - * - * - * - * - * failed * provider error at turn 2: *",
+        ]
+    )
+    assert "nvcc exited" not in result.stdout.str() and "build failed" not in result.stdout.str()
+
+
+def test_a_cap_skips_the_tasks_it_left_untried_and_says_so(project: pytest.Pytester, keys: None) -> None:
+    """The first trajectory's call reaches the token cap: its kernel is judged; the second trajectory is never
+    tried, so its tests skip with the cap as their reason; the console says the cap was reached."""
+    pytest.importorskip("openai", reason="the openai SDK is not installed")
+    out = project.path / "run"
+    with FakeModelServer("openai", [Step(fenced(KERNELS.joinpath("syntax_error.cu").read_text()))]) as server:
+        result = project.runpytest_subprocess(
+            "tasks", "--ptx-model=openai-compatible:fake-model", f"--ptx-base-url={server.base_url}",
+            "--ptx-turns=3", "--ptx-token-cap=150", "--ptx-trajectories=2", f"--ptx-out={out}", *SELECT,
+        )  # fmt: skip
+    result.assert_outcomes(failed=2, skipped=2)
+    assert len(server.requests) == 1
+    cap = "token cap reached (150 of 150 tokens)"
+    result.stdout.fnmatch_lines(
+        [
+            f"gemm-n128-k2048 * m972-t2 * skipped * not tried: {cap}",
+            f"ptxbench: {cap}: no model call started after it",
+            f"SKIPPED [[]2[]] *: openai-compatible:fake-model: not tried: {cap}",
+        ]
+    )
+    assert {(r["trajectory"], r["outcome"]) for r in rows(out)} == {(1, "failed"), (2, "skipped")}
+    assert not (out / "trajectories" / "gemm-n128-k2048-h100-t2.json").exists()
+
+
 def test_a_killed_run_resumes_without_losing_or_repeating_a_turn(project: pytest.Pytester, keys: None) -> None:
     pytest.importorskip("openai", reason="the openai SDK is not installed")
     out = project.path / "run"
@@ -162,15 +209,15 @@ def test_a_killed_run_resumes_without_losing_or_repeating_a_turn(project: pytest
 def test_each_turn_budgets_best_kernel_is_scored_on_hidden_shapes(
     project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, keys: None
 ) -> None:
-    """Budget 1's best kernel (turn 1) differs from the final one (turn 3, which wins the tie as the later):
-    the hidden-shape test scores both, the budget's row marked `budget: 1`; the report reads it."""
+    """Budget 1's best kernel (turn 1, which fails inspect) differs from the final one (turn 3, which passes
+    every stage that can run here and so ends the trajectory): the hidden-shape test scores both, the
+    budget's row marked `budget: 1`; the report reads it."""
     pytest.importorskip("openai", reason="the openai SDK is not installed (pip install 'pytest-ptxbench[models]')")
     out = project.path / "run"
-    later = REFERENCE_GEMM + "\n// the same kernel, handed over again\n"
     script = [
-        Step(fenced(REFERENCE_GEMM)),
+        Step(fenced(KERNELS.joinpath("launcher_getenv.cu").read_text())),
         Step(fenced("int broken(")),
-        Step(fenced(later)),
+        Step(fenced(REFERENCE_GEMM)),
         Step(fenced("int broken(")),
     ]
     with FakeModelServer("openai", script) as server:
@@ -180,11 +227,12 @@ def test_each_turn_budgets_best_kernel_is_scored_on_hidden_shapes(
         )  # fmt: skip
     result.assert_outcomes(skipped=1)
     record = trajectory(out)
+    assert len(server.requests) == 3 and record["info"]["exit_status"].startswith("passed every stage that can run")
     assert record["info"]["ptxbench"]["budgets"] == {"1": 1, "4": 3}
     final, budget = sorted(rows(out), key=lambda r: r["budget"] is not None)
     assert final["budget"] is None and final["candidate"]["sha256"] == record["turns"][2]["sha256"]
     assert budget["budget"] == 1 and budget["candidate"]["sha256"] == record["turns"][0]["sha256"]
-    assert [(v["stage"], v["status"]) for v in budget["verdicts"]][:2] == [("build", "passed"), ("inspect", "passed")]
+    assert [(v["stage"], v["status"]) for v in budget["verdicts"]] == [("build", "passed"), ("inspect", "failed")]
 
     from pytest_ptxbench.report.runs import load_run
     from pytest_ptxbench.report.scores import score_runs

@@ -99,6 +99,13 @@ def test_500_until_give_up(provider: str, serve: Connect) -> None:
     assert len(server.requests) == 3
 
 
+def test_no_retries_allowed_says_so(provider: str, serve: Connect) -> None:
+    client, server = serve([Step(status=503)], max_retries=0)
+    with pytest.raises(ModelError, match=r"503.*\(--ptx-max-retries=0: not retried\)$"):
+        ask(client)
+    assert len(server.requests) == 1
+
+
 def test_a_client_error_is_not_retried(provider: str, serve: Connect) -> None:
     client, server = serve([Step(status=400)], max_retries=3)
     with pytest.raises(ModelError, match="400"):

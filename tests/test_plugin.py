@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -98,8 +99,8 @@ def test_reference_gemm_without_gpu_is_skipped_with_what_passed(project: pytest.
             "ptxbench devices: none",
             "ptxbench tools: nvcc *, cuobjdump *",
             "*= ptxbench =*",
-            "task * target * shape * build * inspect * check * profile * sanitize * time * latency * baseline * speedup * TFLOP/s * outcome",
-            "gemm-n128-k2048 * h100 * m8192 * ok * ok * - * - * - * - * - * - * skipped",
+            "task * target * shape * build * inspect * check * profile * sanitize * time * latency * baseline * speedup * outcome * reason",
+            "gemm-n128-k2048 * h100 * m8192 * ok * ok * - * - * - * - * - * - * skipped * check: needs an sm_90 device*",
             f"SKIPPED [[]4[]] *: {SKIP_REASON}",
         ]
     )
@@ -121,6 +122,36 @@ def test_reference_gemm_without_gpu_is_skipped_with_what_passed(project: pytest.
     environment = json.loads((out / "environment.json").read_text())
     assert environment["format"] == "ptxbench-run/2" and environment["settings"]["model"] == "reference"
     assert len(environment["task_set"]) == 16 and environment["tools"]["nvcc"]["version"]
+
+
+def test_the_summary_table_sorts_shapes_by_number_gives_reasons_and_the_run_directory(
+    project: pytest.Pytester,
+) -> None:
+    out = project.path / "run"
+    mine = project.path / "mine"
+    mine.mkdir()
+    (mine / "gemm.cu").write_text((KERNELS / "syntax_error.cu").read_text())
+    result = project.runpytest_subprocess(
+        "tasks", "-k", "gemm-n128-k2048 or attention_bwd-d64-full", f"--ptx-out={out}", f"--ptx-model=file:{mine}"
+    )
+    result.assert_outcomes(failed=12, skipped=5)
+    start = next(i for i, line in enumerate(result.outlines) if "= ptxbench =" in line)
+    end = next(i for i, line in enumerate(result.outlines) if i > start and line.startswith("="))
+    table = result.outlines[start:end]  # the ptxbench section
+    shapes = [line.split()[2] for line in table[2:] if line.startswith(("gemm", "attention_bwd"))]
+    assert shapes == [
+        *("b1-h48-s8192", "b2-h48-s3001", "b4-h48-s1000", "b4-h48-s2048", "b4-h48-s4096"),
+        *("m70", "m93", "m232", "m289", "m492", "m901", "m952", "m969", "m972", "m2379", "m8192", "m8828"),
+    ]
+    result.stdout.fnmatch_lines(
+        [
+            "attention_bwd-d64-full * b1-h48-s8192 * - * - * - * - * - * - * * skipped * has no kernel for *",
+            '* m70 * FAIL * - * - * - * - * - * * failed * build: nvcc exited 2: candidate.cu(6): error: expected a ";" *',
+        ]
+    )
+    assert table[-1] == f"ptxbench run directory: {out}"
+    reasons = [re.split(r"\s{2,}", line)[-1] for line in table[2:-1]]
+    assert max(len(r) for r in reasons) == 80 and all(r.endswith("...") for r in reasons)  # cut short
 
 
 def test_require_gpu_turns_the_skip_into_a_failure(project: pytest.Pytester) -> None:

@@ -15,7 +15,8 @@ import pytest
 from pytest_ptxbench.device import Device, parse_devices
 from pytest_ptxbench.pinning import exclusive, pinned, worker_index
 
-from .conftest import DATA, TASKS, results
+from .conftest import DATA, KERNELS, TASKS, results
+from .fake_models import FakeModelServer, Step, fenced
 
 RECORDED = (DATA / "nvidia-smi-query.csv").read_text().strip()
 TWO_GPUS = (
@@ -98,6 +99,41 @@ def test_one_worker_per_gpu_with_tasks_kept_together(two_gpus: pytest.Pytester) 
         assert row["cuda_visible_devices"] == uuids[int(row["worker"].removeprefix("gw"))]
     for task in {r["task"] for r in rows}:
         assert len({r["worker"] for r in rows if r["task"] == task}) == 1, f"{task} was split across workers"
+
+
+@pytest.mark.parametrize("dist", [(), ("--dist", "load")])
+def test_plain_n_keeps_a_tasks_tests_on_one_worker(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, dist: tuple[str, ...]
+) -> None:
+    """`-n 2` alone (xdist's `load`) sent a task's two tests to two workers: each asked the model for the
+    same trajectory. The plugin makes it `loadgroup`: one worker, one model call per turn."""
+    pytest.importorskip("openai", reason="the openai SDK is not installed")
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # when this suite itself runs under xdist
+    out = project.path / "run"
+    with FakeModelServer("openai", [Step(fenced((KERNELS / "syntax_error.cu").read_text()))]) as server:
+        result = project.runpytest_subprocess(
+            "tasks", "-n", "2", *dist, "--ptx-model=openai-compatible:fake-model", f"--ptx-base-url={server.base_url}",
+            "--ptx-turns=1", "--ptx-shapes=visible", "-k", "gemm-n128-k2048", f"--ptx-out={out}",
+        )  # fmt: skip
+    result.assert_outcomes(failed=2)
+    assert len(server.requests) == 1
+    assert len({row["worker"] for row in results(out)}) == 1
+    result.stdout.fnmatch_lines(["ptxbench: xdist ran with --dist loadgroup: each task's tests share one kernel*"])
+
+
+@pytest.mark.parametrize("dist", ["each", "worksteal"])
+def test_a_mode_that_splits_a_task_is_refused_for_a_model(project: pytest.Pytester, dist: str) -> None:
+    select = ("-k", "gemm-n128-k2048", "--ptx-shapes=visible")
+    result = project.runpytest_subprocess(
+        "tasks", "-n", "2", "--dist", dist, "--ptx-model=openai-compatible:m", *select
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            f"ERROR: --dist {dist} with --ptx-model=openai-compatible:m: the tests of one task would run on several"
+            " workers, each asking the model for the same trajectory; use --dist loadgroup (what -n alone gives)"
+        ]
+    )
 
 
 WORKER = """

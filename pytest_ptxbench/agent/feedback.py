@@ -1,8 +1,13 @@
 """The message a model gets after each turn, rendered from the structured verdicts (never from logs
-searched for words)."""
+searched for words).
+
+Only the fields a stage lists in `SHOWN` reach the model: the harness's paths, tools, sandbox and timing
+schedule stay out. Absolute paths inside the texts (a child's log, a linker error) are cut to their last
+component."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,20 +15,17 @@ from ..verdict import Status, Verdict
 
 MAX_LOG_LINES = 40
 MAX_LOG_CHARS = 3000
-# Paths and tool facts that mean nothing to the model.
-_HIDDEN_DATA = {
-    "log",
-    "library",
-    "flags",
-    "nvcc",
-    "cuobjdump",
-    "linked_driver",
-    "summary",
-    "log_tail",
-    "kernels",
-    "found",
-    "speed_of_light",
+# Per stage, the data fields shown to the model, in this order (build's resources and warnings have their own lines).
+SHOWN: dict[str, tuple[str, ...]] = {
+    "build": (),
+    "inspect": ("forbidden_imports", "forbidden_libraries", "forbidden_definitions"),
+    "check": ("shape", "comparisons", "changed_inputs", "overruns"),
+    "profile": ("shape", "executed", "kernels", "foreign", "tensor_flops", "task_flops"),
+    "sanitize": ("shape", "findings", "unavailable"),
+    "time": ("shape", "median_ms", "iqr_ms", "baseline", "baseline_median_ms", "speedup", "tflops", "floor_ms"),
 }
+# An absolute path of at least two components, not inside a word or a relative path.
+_PATH = re.compile(r"(?<![\w.~/-])/(?:[^\s/:'\"()\[\]{},;=]+/)+([^\s/:'\"()\[\]{},;=]*)")
 
 
 def expected(declaration: str) -> str:
@@ -48,7 +50,7 @@ def render(verdicts: Sequence[Verdict], declaration: str) -> str:
             lines += _build(verdict, names)
         else:
             lines.append(f"{verdict.stage} {verdict.status.value}: {verdict.message}")
-            lines += _figures(verdict.data)
+            lines += _figures(verdict.stage, verdict.data)
             if verdict.data.get("speed_of_light"):
                 lines.append(f"  speed of light: {verdict.data['speed_of_light']:.1%} of the roofline")
     lines += [f"{', '.join(stages)} {why}" for why, stages in skipped.items()]
@@ -58,7 +60,12 @@ def render(verdicts: Sequence[Verdict], declaration: str) -> str:
         lines.append("Every stage passed. Make it faster if you can. " + expected(declaration))
     else:
         lines.append("No stage failed. Improve the kernel if you can. " + expected(declaration))
-    return "\n".join(lines)
+    return without_paths("\n".join(lines))
+
+
+def without_paths(text: str) -> str:
+    """`text` with each absolute path cut to its last component: `/tmp/run/builds/x/candidate.so` → `candidate.so`."""
+    return _PATH.sub(r"\1", text)
 
 
 def _build(verdict: Verdict, names: dict[str, str]) -> list[str]:
@@ -84,9 +91,9 @@ def _trim(log: str) -> str:
     return kept + ("\n[... log trimmed]" if kept != log else "")
 
 
-def _figures(data: dict[str, Any]) -> list[str]:
-    """The numbers of a verdict (opcodes found, wrong elements, speedups), compactly."""
-    return [f"  {key}: {_compact(value)}" for key, value in data.items() if key not in _HIDDEN_DATA and value]
+def _figures(stage: str, data: dict[str, Any]) -> list[str]:
+    """The numbers of a verdict that its stage shows (wrong elements, opcodes executed, speedups), compactly."""
+    return [f"  {key}: {_compact(data[key])}" for key in SHOWN.get(stage, ()) if data.get(key)]
 
 
 def _compact(value: Any, depth: int = 0) -> str:

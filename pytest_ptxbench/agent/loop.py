@@ -3,6 +3,8 @@
 Each reply's kernel goes through the pipeline on the visible shapes and the model gets feedback rendered
 from the verdicts. The trajectory is saved after every reply and every judgement, so `--ptx-resume`
 continues without losing or repeating a turn. The result is the best kernel (see `trajectory.standing`).
+A trajectory also ends once its best kernel passed every stage that can run here (no GPU of the target's
+architecture): further turns could not be judged any further.
 """
 
 from __future__ import annotations
@@ -22,7 +24,20 @@ from .ledger import Ledger
 from .models import MissingKey, ModelClient, ModelError
 from .models.prices import cost
 from .models.specs import ModelSpec, connect
-from .trajectory import Trajectory, file_name, standing
+from .trajectory import Trajectory, failed_stages, file_name, judged_no_further, standing
+
+PROVIDER_ERROR = "provider error"  # exit statuses of a trajectory cut short: by the model's provider
+HARNESS_ERROR = "error"  # ... and by the harness itself
+
+
+def usage(run_dir: Path) -> Ledger:
+    """What the model calls of the run in `run_dir` have used."""
+    return Ledger(run_dir / "model-usage.jsonl")
+
+
+def cap_reached(run_dir: Path, settings: dict[str, Any]) -> str | None:
+    """Which of the run's caps (--ptx-spend-cap, --ptx-token-cap) its model calls have reached, or None."""
+    return usage(run_dir).exceeded(settings["spend_cap"], settings["token_cap"])
 
 
 @dataclass(frozen=True)
@@ -54,10 +69,13 @@ class ModelAgent:
                 prompts.task_card(family, task, target),
                 self._info(family, task, target, trajectory),
             )
+        cap = cap_reached(self.run_dir, self.settings)
+        if cap and not record.turns:  # never tried: no trajectory is written, the task's tests skip
+            return NoKernel(f"{self.name}: not tried: {cap}")
         try:
             self._run(record, client, family, task, evaluate)
         except Exception as exc:  # one failing trajectory never takes down the session
-            record.finish("error", f"{type(exc).__name__}: {exc}")
+            record.finish(HARNESS_ERROR, f"{type(exc).__name__}: {exc}")
         return result(record, task, target, self.name)
 
     def _info(self, family: Family, task: Task, target: Target, trajectory: int) -> dict[str, Any]:
@@ -88,12 +106,12 @@ class ModelAgent:
         }
 
     def _run(self, record: Trajectory, client: ModelClient, family: Family, task: Task, evaluate: Evaluate) -> None:
-        ledger = Ledger(self.run_dir / "model-usage.jsonl")
+        ledger = usage(self.run_dir)
         for turn in record.turns:  # replies saved before an interruption, not judged yet
             if turn["feedback"] is None:
                 judge(record, turn, family, task, evaluate, self.name)
         while True:
-            stop = self._stop(record, ledger)
+            stop = self._stop(record)
             if stop:
                 record.finish(stop)
                 return
@@ -101,21 +119,24 @@ class ModelAgent:
             try:
                 reply = client.complete(record.system, record.conversation())
             except ModelError as exc:
-                record.finish("model error", str(exc))
+                record.finish(PROVIDER_ERROR, str(exc))
                 return
             price = cost(self.spec.model, reply.input_tokens, reply.output_tokens, self.settings["prices"])
             ledger.add(record.path.stem, reply.input_tokens + reply.output_tokens, price)
             turn = record.add_turn(reply, price, time.monotonic() - started, {})
             judge(record, turn, family, task, evaluate, self.name)
 
-    def _stop(self, record: Trajectory, ledger: Ledger) -> str | None:
+    def _stop(self, record: Trajectory) -> str | None:
         """Why the trajectory ends before another model call, or None."""
         goal, best = self.settings["target_speedup"], record.best()
         if goal is not None and best is not None and standing(best) >= (3, goal):
             return "target speedup reached"
         if len(record.turns) >= self.settings["turns"]:
             return "turns used"
-        return ledger.exceeded(self.settings["spend_cap"], self.settings["token_cap"])
+        stuck = judged_no_further(best) if best is not None else None
+        if stuck is not None:
+            return f"passed every stage that can run here ({stuck.stage} {stuck.status.value}: {stuck.message})"
+        return cap_reached(self.run_dir, self.settings)
 
 
 def judge(record: Trajectory, turn: dict[str, Any], family: Family, task: Task, evaluate: Evaluate, agent: str) -> None:
@@ -142,12 +163,24 @@ def judge_kernel(
 
 
 def result(record: Trajectory, task: Task, target: Target, agent: str) -> Candidate | NoKernel:
-    """The trajectory's best kernel, or why there is none."""
-    best = record.best()
+    """The trajectory's best kernel, or why there is none. A trajectory that a provider or harness error cut
+    short ends in that error unless its best kernel so far failed no stage: an earlier turn's build error
+    is not what stopped it."""
+    best, turns = record.best(), len(record.turns)
+    status, error = record.info["exit_status"], record.info["ptxbench"]["error"]
+    if status in (PROVIDER_ERROR, HARNESS_ERROR) and (best is None or standing(best)[0] < 2):
+        what = (
+            f"provider error at turn {turns + 1}"
+            if status == PROVIDER_ERROR
+            else f"harness error after {turns} turn(s)"
+        )
+        before = (
+            f"; the best kernel before it (turn {best['turn']}) failed {', '.join(failed_stages(best))}" if best else ""
+        )
+        return NoKernel(f"{agent}: {what}: {error}{before}; see {record.path}", failed=True)
     if best is None:
-        status = record.info["exit_status"]
-        error = record.info["ptxbench"]["error"]
-        why = f"{status}: {error}" if error else status
-        return NoKernel(f"{agent}: no kernel after {len(record.turns)} turn(s) ({why}); see {record.path}", failed=True)
+        last = record.turns[-1]["problem"] if record.turns else None
+        why = f"{status}; last: {last}" if last else status
+        return NoKernel(f"{agent}: the model gave no kernel in {turns} turn(s) ({why}); see {record.path}", failed=True)
     origin = f"{agent} {record.path.stem} turn {best['turn']}"
     return Candidate(task.name, target.name, record.kernel_source(best), origin)

@@ -18,7 +18,7 @@ from typing import Any
 from .. import __version__
 from ..candidate import Candidate
 from ..rundir import write_atomic
-from ..verdict import Outcome, Status, Verdict, decide
+from ..verdict import GPU_STAGES, Outcome, Status, Verdict, decide
 from .models import Message, Reply
 
 FORMAT = "ptxbench-trajectory/1"
@@ -50,6 +50,23 @@ def standing(turn: dict[str, Any]) -> tuple[int, float]:
         if v.stage == "time" and isinstance(v.data.get("speedup"), (int, float)) and v.data["speedup"] > 0
     ]
     return (3, math.exp(sum(map(math.log, speedups)) / len(speedups)) if speedups else 0.0)
+
+
+def failed_stages(turn: dict[str, Any]) -> list[str]:
+    """The stages a turn's kernel failed."""
+    return [v.stage for v in map(Verdict.from_json, turn["verdicts"] or []) if v.status is Status.FAILED]
+
+
+def judged_no_further(turn: dict[str, Any]) -> Verdict | None:
+    """For a kernel that failed no stage while no GPU stage could run here (no device of the target's
+    architecture): the first stage that did not pass, which says why. None where a GPU stage ran or a stage
+    failed: another kernel could be judged further."""
+    if standing(turn)[0] != 2:
+        return None
+    verdicts = [Verdict.from_json(v) for v in turn["verdicts"]]
+    if any(v.stage in GPU_STAGES and v.status is not Status.SKIPPED for v in verdicts):
+        return None
+    return next((v for v in verdicts if not v.passed), None)
 
 
 @dataclass

@@ -30,7 +30,8 @@ def with_retries(
             if not retryable(exc):
                 raise ModelError(f"{what}: {_describe(exc)}") from exc
             if attempt == retries:
-                raise ModelError(f"{what}: {_describe(exc)} (gave up after {retries + 1} attempts)") from exc
+                tried = f"gave up after {retries + 1} attempts" if retries else "--ptx-max-retries=0: not retried"
+                raise ModelError(f"{what}: {_describe(exc)} ({tried})") from exc
             sleep(min(delay * 2**attempt, MAX_DELAY))
             attempt += 1
 
