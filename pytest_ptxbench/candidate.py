@@ -25,4 +25,4 @@ class Candidate:
 
     @classmethod
     def from_file(cls, task: str, target: str, path: Path) -> Candidate:
-        return cls(task, target, path.read_text(), str(path))
+        return cls(task, target, path.read_text(errors="replace"), str(path))

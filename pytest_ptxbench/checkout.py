@@ -1,6 +1,9 @@
-"""The checkout, watched while candidates run: every file's (size, mtime, ctime) before and after. A write
-changes ctime, which no process can set back. This runs whether or not the sandbox mounts the checkout
-read-only: the profiler's and sanitizer's children run the candidate outside the sandbox."""
+"""The checkout, watched while candidates run: every file's (size, mtime, ctime) before and after, over whole
+trees: the checkout with `.git`, `tests/`, `scripts/` and `.ci/`, and the harness package where it is installed
+elsewhere. A write changes ctime, which no process can set back. This runs whether or not the sandbox mounts the
+checkout read-only: the profiler's and sanitizer's children run the candidate outside the sandbox.
+
+Left out: what the harness itself writes meanwhile, the run directories and the interpreter's caches."""
 
 from __future__ import annotations
 
@@ -15,29 +18,32 @@ Snapshot = dict[str, tuple[int, int, int]]
 # The interpreter's byte-code caches: sibling xdist workers write them as they import, so a change there is
 # no evidence against a candidate. (The static allow-list refuses the file APIs a write would need.)
 UNWATCHED = frozenset({"__pycache__", ".pytest_cache"})
+RUNS = "runs"  # at the top of a watched tree: the default home of run directories (`rundir.default_path`)
 
 
 @dataclass(frozen=True)
 class CheckoutGuard:
-    root: Path  # its own files: conftest.py, pyproject.toml, tox.ini ...
-    trees: tuple[Path, ...]  # walked whole: the harness package and the task catalogue
+    root: Path  # the checkout (the working directory), walked whole
+    trees: tuple[Path, ...] = ()  # walked whole too: the harness package, where it lies outside `root`
+    skipped: tuple[Path, ...] = ()  # folders the harness writes into meanwhile: this session's run directory
 
-    def _files(self) -> Iterator[Path]:
-        if self.root.is_dir():
-            yield from (p for p in self.root.iterdir() if not p.is_dir())
-        for tree in self.trees:
+    def _files(self) -> Iterator[str]:
+        named = {self.root, *self.trees}
+        tops = sorted(t for t in named if not any(t != other and t.is_relative_to(other) for other in named))
+        skipped = {str(p) for p in self.skipped} | {os.path.join(t, RUNS) for t in tops}
+        for tree in tops:
             for top, dirs, names in os.walk(tree):
-                dirs[:] = [d for d in dirs if d not in UNWATCHED]
-                yield from (Path(top, name) for name in names)
+                dirs[:] = [d for d in dirs if d not in UNWATCHED and os.path.join(top, d) not in skipped]
+                yield from (os.path.join(top, name) for name in names)
 
     def snapshot(self) -> Snapshot:
         files: Snapshot = {}
         for path in self._files():
             try:
-                st = path.lstat()
+                st = os.lstat(path)
             except FileNotFoundError:
                 continue
-            files[str(path)] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            files[path] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         return files
 
     def changed(self, before: Snapshot) -> list[str]:

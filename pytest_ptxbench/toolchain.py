@@ -38,7 +38,9 @@ class Tool:
     def version(self) -> str:
         """`13.0.88`-style release of the tool, or "unknown"."""
         try:
-            out = subprocess.run([str(self.path), "--version"], capture_output=True, text=True, timeout=30).stdout
+            out = subprocess.run(
+                [str(self.path), "--version"], capture_output=True, text=True, errors="replace", timeout=30
+            ).stdout
         except (OSError, subprocess.TimeoutExpired):
             return "unknown"
         found = re.findall(r"\bV(\d+\.\d+\.\d+)|Version (\d[\d.]*)", out)
@@ -100,7 +102,7 @@ def describe(tools: Mapping[str, Tool | None]) -> str:
 def driver_library() -> Path | None:
     """libcuda.so where a driver is installed (GPU machines); None on CPU machines."""
     try:
-        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, errors="replace", timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired):
         out = ""
     for line in out.splitlines():

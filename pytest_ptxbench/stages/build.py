@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import process
 from ..candidate import Candidate
 from ..parsers import ptxas
 from ..targets import Target
 from ..task.catalogue import Launcher
 from ..toolchain import RUNTIME_LIBRARY, driver_library, find_tool
 from ..verdict import Status, Verdict
+from . import compiler
 
 CONTRACT_HEADER = """\
 // Written by pytest-ptxbench: the launcher the task declares, included before the candidate.
@@ -47,7 +47,17 @@ def flags(target: Target) -> list[str]:
     ]
 
 
-def build(candidate: Candidate, launcher: Launcher, target: Target, workdir: Path, timeout: float) -> Verdict:
+def build(
+    candidate: Candidate,
+    launcher: Launcher,
+    target: Target,
+    workdir: Path,
+    timeout: float,
+    sandbox: str = "auto",
+    memory: int = compiler.MEMORY_CAP,
+) -> Verdict:
+    """Compile `candidate` in `workdir` with nvcc confined (`compiler.run`; `sandbox` as `--ptx-sandbox`,
+    `memory` the address space of each compiler process)."""
     nvcc = find_tool("nvcc")
     if nvcc is None:
         return Verdict(
@@ -67,9 +77,11 @@ def build(candidate: Candidate, launcher: Launcher, target: Target, workdir: Pat
     argv = [str(nvcc.path), *flags(target), "-include", header.name, "-o", library.name, source.name]
     if driver is not None:
         argv += ["-Xlinker", str(driver)]
-    done = process.run(argv, timeout=timeout, cwd=workdir, env=nvcc.env())
+    done = compiler.run(nvcc.path, argv, workdir, timeout, sandbox, memory)
+    outside = ", ".join(done.read_outside)
+    said = f"the build read files outside the candidate's folder and the toolkit: {outside}\n" if outside else ""
     log = workdir / "build.log"
-    log.write_text(f"$ {done.command}\n{done.stdout}{done.stderr}")
+    log.write_text(f"$ {' '.join(argv)}\n{said}{done.stdout}{done.stderr}")
     data = {
         "log": str(log),
         "nvcc": nvcc.version,
@@ -77,11 +89,17 @@ def build(candidate: Candidate, launcher: Launcher, target: Target, workdir: Pat
         "linked_driver": driver is not None,
         "resources": ptxas.parse_resources(done.stderr),
         "warnings": ptxas.warnings(done.stderr),
+        "sandbox": done.sandbox,
+        "memory_cap": memory,
     }
     if done.timed_out:
         return Verdict("build", Status.FAILED, f"nvcc did not finish within {timeout:.0f} s", data, done.seconds)
+    if outside:
+        return Verdict("build", Status.FAILED, said.strip(), {**data, "read_outside": done.read_outside}, done.seconds)
     if done.returncode != 0 or not library.is_file():
         tail = done.stderr[-LOG_TAIL_CHARS:].strip() or done.stdout[-LOG_TAIL_CHARS:].strip()
+        if "out of memory" in tail:
+            tail += f"\n(each compiler process may map at most {memory >> 20} MiB)"
         return Verdict(
             "build", Status.FAILED, f"nvcc exited {done.returncode}:\n{tail}", {**data, "log_tail": tail}, done.seconds
         )
