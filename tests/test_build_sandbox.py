@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from pytest_ptxbench.candidate import Candidate
+from pytest_ptxbench.sandbox import make_root_sandbox
 from pytest_ptxbench.stages import compiler
 from pytest_ptxbench.stages.build import build
 from pytest_ptxbench.targets import TARGETS
 from pytest_ptxbench.task.catalogue import Family, load_family
 from pytest_ptxbench.verdict import Status, Verdict
-from pytest_ptxbench.workers import make_root_sandbox
 
 from .conftest import KERNELS, PLANTED, ROOT, TASKS
 
@@ -96,6 +96,13 @@ def _build(
 def _everything(verdict: Verdict) -> str:
     """What reaches the model (the message) and the results (the whole verdict), and the log kept."""
     return json.dumps(verdict.to_json()) + Path(verdict.data["log"]).read_text()
+
+
+def test_the_build_stage_needs_no_gpu_extra() -> None:
+    """The README's CPU machine has the toolchain extra only: building imports neither numpy nor torch."""
+    code = "import sys, pytest_ptxbench.stages.build; print(sorted({'numpy', 'torch'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr
 
 
 @pytest.mark.parametrize("family", ["gemm", "attention_fwd", "attention_bwd"])

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import process
-from ..workers import PACKAGE_ROOT, Sandbox, make_root_sandbox
+from ..sandbox import Sandbox, make_root_sandbox
 
+HARNESS = Path(__file__).resolve().parents[2]  # the package's checkout (or site-packages): hidden from nvcc
 MEMORY_CAP = 4 << 30  # bytes of address space per compiler process; the reference kernels build within 256 MiB
 # The system's programs, libraries and headers (the host compiler among them), the dynamic loader's cache,
 # the links behind `c++` and `cc`, and /dev/null.
@@ -85,7 +86,7 @@ def view(nvcc: Path, argv: Sequence[str], folder: Path, scratch: Path) -> View:
     visible = (*SYSTEM, toolkit(nvcc), *(p.resolve() for p in files), *(p for p in files if p.is_symlink()))
     writable = (folder.resolve(), scratch.resolve())
     home = Path(os.path.expanduser("~")).resolve()  # where no home can be found, "~": nothing to hide
-    return View(visible, writable, (PACKAGE_ROOT.resolve(), Path.cwd().resolve(), home))
+    return View(visible, writable, (HARNESS, Path.cwd().resolve(), home))
 
 
 def environment(nvcc: Path, scratch: Path) -> dict[str, str]:
