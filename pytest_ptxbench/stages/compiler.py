@@ -1,5 +1,5 @@
 """nvcc, confined. It sees the build folder (read-write), the toolkit and the system's own compiler, headers
-and libraries; where the OS allows, in a root of its own (`workers.make_root_sandbox`: no checkout, no home, no
+and libraries; where the OS allows, in a root of its own (`sandbox.make_root_sandbox`: no checkout, no home, no
 other file of the run or of /tmp, no network). Its environment is scrubbed, each of its processes may map at
 most `MEMORY_CAP`, the timeout and the end of the run end its whole tree (`process.run`), and its temporary
 files live in a folder deleted afterwards. Sandbox or not, every file its preprocessor read must lie in that
