@@ -24,6 +24,7 @@ from .checkout import CheckoutGuard
 from .child import wire
 from .replay.capturing import Captured, CaptureFailed, buffer_sizes, capture
 from .replay.client import Runner, RunnerFailed
+from .replay.placement import RELOCATED
 from .replay.timer import interleave
 from .stages import check, profile, sanitize, timing
 from .targets import Target
@@ -33,6 +34,7 @@ from .verdict import Status, Verdict
 from .workers import PACKAGE_ROOT, Child, ChildFailed, Sandbox, child_command, child_environment, make_sandbox
 
 TRUSTED_TIMEOUT = 900.0  # input sets and fp32 references of a large shape
+ATTEMPTS = 3  # captures at fresh addresses when the driver keeps one of them for itself
 
 
 @dataclass(frozen=True)
@@ -183,15 +185,16 @@ class GpuStages:
     ) -> list[Verdict]:
         started = time.monotonic()
         try:
-            captured = self._capture(candidate, family, code, prepared, timeout)
+            self._capture(candidate, family, code, prepared, timeout)
         except CaptureFailed as exc:
             return [Verdict("check", Status.FAILED, str(exc), {"stage": "capture"}, time.monotonic() - started)]
         captured_at = time.monotonic()
         folder = self.private / "candidates" / candidate.digest / prepared.key
         try:
-            runner = Runner(folder, self._load(code, prepared, captured), self._sets(prepared), timeout)
-        except RunnerFailed as exc:
+            runner = self._runner(candidate, family, code, prepared, folder, timeout)
+        except (RunnerFailed, CaptureFailed) as exc:
             return [Verdict("check", Status.FAILED, str(exc), seconds=time.monotonic() - started)]
+        captured = self._captures[(candidate.digest, prepared.key)]
         overhead = {"capture_seconds": captured_at - started, "runner_seconds": time.monotonic() - captured_at}
         try:
             verdicts = [self._check(runner, family, prepared, started)]
@@ -221,8 +224,29 @@ class GpuStages:
             }
             sizes = buffer_sizes(prepared.params, wire.ITEMSIZE, int(family.workspace_bytes(prepared.values)))
             folder = self.scratch / "captures" / candidate.digest / prepared.key
-            self._captures[key] = capture(request, sizes, set(code.own), folder, self.sandbox, timeout)
+            for attempt in range(ATTEMPTS):
+                try:
+                    self._captures[key] = capture(request, sizes, set(code.own), folder, self.sandbox, timeout)
+                    break
+                except CaptureFailed as exc:
+                    if RELOCATED not in str(exc) or attempt == ATTEMPTS - 1:
+                        raise
         return self._captures[key]
+
+    def _runner(
+        self, candidate: Candidate, family: Family, code: Code, prepared: Prepared, folder: Path, timeout: float
+    ) -> Runner:
+        """A runner for one shape's launch lists; where the driver would not give the runner the captured
+        addresses, the launches are captured again at others."""
+        for attempt in range(ATTEMPTS):
+            captured = self._capture(candidate, family, code, prepared, timeout)
+            try:
+                return Runner(folder, self._load(code, prepared, captured), self._sets(prepared), timeout)
+            except RunnerFailed as exc:
+                if RELOCATED not in str(exc) or attempt == ATTEMPTS - 1:
+                    raise
+                del self._captures[(candidate.digest, prepared.key)]
+        raise AssertionError("unreachable")
 
     def _load(self, code: Code, prepared: Prepared, captured: Captured) -> dict[str, Any]:
         return {

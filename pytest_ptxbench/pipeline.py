@@ -80,7 +80,14 @@ class Pipeline:
         return self._static[key]
 
     def _build_and_inspect(self, candidate: Candidate, family: Family, target: Target, workdir: Path) -> list[Verdict]:
-        built = build(candidate, family.launcher, target, workdir, self.settings["build_timeout"])
+        built = build(
+            candidate,
+            family.launcher,
+            target,
+            workdir,
+            self.settings["build_timeout"],
+            sandbox=self.settings["sandbox"],
+        )
         verdicts = [built]
         if built.passed:
             required = family.opcodes.get(target.name, ())

@@ -62,6 +62,14 @@ def test_reference_gemm_passes_every_stage(pipeline: Pipeline, gemm: Family) -> 
     ), "; ".join(f"{s}: {v.message}" for s, v in verdicts.items() if not v.passed)
     assert verdicts["profile"].data["executed"]["HGMMA.*.F32.BF16"] > 0
     assert verdicts["time"].data["speedup"] > 0.5
+    time, check = verdicts["time"].data, verdicts["check"].data
+    print(  # the figures of record for MEASUREMENTS.md (pytest -rP shows them)
+        f"core GEMM: {time['median_ms']:.4f} ms vs cuBLAS {time['baseline_median_ms']:.4f} ms ({time['speedup']:.3f}x);"
+        f" capture {check['capture_seconds']:.1f} s, runner start {check['runner_seconds']:.1f} s; stage seconds "
+        + ", ".join(f"{s} {v.seconds:.1f}" for s, v in verdicts.items())
+        + f"; GPU stages {sum(v.seconds for s, v in verdicts.items() if s not in ('build', 'inspect')):.1f} s"
+        + f"; build sandbox: {verdicts['build'].data.get('sandbox')}"
+    )
 
 
 def test_ragged_m_is_correct(pipeline: Pipeline, gemm: Family) -> None:

@@ -42,7 +42,8 @@ def test_profile_judgement() -> None:
         "HGMMA.*.F32.BF16": 4587520,
         "UTMALDG": 286720,
     }
-    assert passed.data["tensor_flops"] == CORE.flops and passed.message.endswith("tensor cores did 100% of the FLOPs")
+    assert passed.data["tensor_flops"] == CORE.flops and passed.data["simt_flops"] == 0
+    assert passed.message.endswith("tensor cores did 100% of the FLOPs, CUDA cores 0%")
     foreign = profile._judge(launches, {}, ("HGMMA.*.F32.BF16",), CORE, "2025.3.1", 1.0)
     assert foreign.status is Status.FAILED and "kernels outside the candidate's module ran" in foreign.message
     assert foreign.data["foreign"] == [launches[0].kernel]
@@ -63,6 +64,20 @@ def test_useful_work_attribution() -> None:
     executed = {"HGMMA.64x8x16.F32.BF16": 8, "QGMMA.64x128x32.F32.E4M3.E4M3": 4, "LDG": 9}
     assert sass.tensor_flops(executed) == 2 * 2 * 64 * 8 * 16 + 1 * 2 * 64 * 128 * 32
     assert sass.tensor_flops({"UTCHMMA": 4, "FFMA": 100}) is None  # Blackwell: the shape is in a descriptor
+
+
+def test_useful_work_both_ways() -> None:
+    """Recorded on the H200: a SIMT GEMM at m256 n128 k2048 (2,097,152 warp-level FFMA = 2·M·N·K FLOPs). With no
+    tensor-core requirement at all, the CUDA cores' share of the task's FLOPs still fails it."""
+    launches = ncu.parse_raw_csv((DATA / "simt_gemm.ncu.csv").read_text())
+    task = 2 * 256 * 128 * 2048
+    assert sass.simt_flops(launches[0].executed) == task  # its HFMA2.MMA moves are not arithmetic
+    judged = profile._judge(launches, {launches[0].kernel: "simt_gemm"}, (), profile.Work(task, 0.0), "2025.3.1", 1.0)
+    assert judged.status is Status.FAILED
+    assert judged.message == (
+        "the CUDA cores' arithmetic 100% of the task's FLOPs (1.34e+08 of 1.34e+08); at most 25% may be CUDA-core work"
+    )
+    assert sass.simt_flops({"FFMA.FTZ": 1, "FADD": 2, "HFMA2": 1, "DFMA": 1, "MUFU.EX2": 9}) == 32 * (2 + 2 + 4 + 2)
 
 
 def test_an_empty_capture_fails_whatever_the_exit_status() -> None:
@@ -240,26 +255,17 @@ def test_children_never_see_secrets(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     assert env["CUDA_VISIBLE_DEVICES"] == "1" and env["HOME"] == str(tmp_path) and env["TMPDIR"] == str(tmp_path)
 
 
-def test_the_evaluation_child_answers_errors_and_dies_cleanly(tmp_path: Path) -> None:
-    child = Child("candidate", tmp_path, child_environment(tmp_path))
+def test_a_child_answers_errors_and_dies_cleanly(tmp_path: Path) -> None:
+    child = Child("capture", tmp_path, child_environment(tmp_path))
     try:
         reply = child.request({"op": "sets", "sets": []}, timeout=60)
-        assert reply == {"ok": False, "error": "ValueError: 'sets' before 'load'", "fatal": False}
-        reply = child.request(
-            {
-                "op": "load",
-                "cudart": str(tmp_path / "libcudart.so.13"),
-                "library": "x.so",
-                "launcher": "f",
-                "params": [],
-                "workspace_bytes": 0,
-            },
-            timeout=60,
-        )
+        assert reply == {"ok": False, "error": "ValueError: unknown request 'sets'", "fatal": False}
+        request = {"op": "capture", "cudart": str(tmp_path / "libcudart.so.13"), "library": "x.so", "launcher": "f"}
+        reply = child.request({**request, "params": [], "placements": [], "poison": 0xFF}, timeout=60)
         assert not reply["ok"] and reply["error"].startswith("OSError:")
         child.process.stdin.close()  # type: ignore[union-attr]
         child.process.wait(timeout=30)
-        with pytest.raises(ChildFailed, match=r"the candidate child died before the request \(exit code 0\)"):
+        with pytest.raises(ChildFailed, match=r"the capture child died before the request \(exit code 0\)"):
             child.request({"op": "sets", "sets": []}, timeout=5)
     finally:
         child.close()

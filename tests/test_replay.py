@@ -16,7 +16,7 @@ SIZES = {"A": 256 * 2048 * 2, "B": 128 * 2048 * 2, "C": 256 * 128 * 2 + 6, "work
 
 
 def test_every_buffer_ends_where_its_mapping_ends() -> None:
-    placement = place(SIZES, 0)
+    (placement,) = place(SIZES, 1)
     spans = []
     for name, b in placement.buffers.items():
         assert b.nbytes == SIZES[name]
@@ -33,7 +33,10 @@ def test_every_buffer_ends_where_its_mapping_ends() -> None:
 
 
 def test_placements_are_drawn_anew_and_travel_as_json() -> None:
-    first, second = place(SIZES, 0), place(SIZES, 1)
+    first, second = place(SIZES, 2)
+    spans = sorted((b.reserve, b.reserve + b.reserve_bytes) for p in (first, second) for b in p.buffers.values())
+    assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans)), "placements overlap"
+    assert (first.index, second.index) == (0, 1)
     assert {b.pointer for b in first.buffers.values()}.isdisjoint(b.pointer for b in second.buffers.values())
     assert Placement.from_json(first.to_json()) == first
     c = first.buffers["C"]
@@ -46,7 +49,7 @@ def _kernel(name: str = "_Z4gemmv") -> Kernel:
 
 
 def test_launch_lists_round_trip_and_name_what_is_malformed() -> None:
-    placement = place(SIZES, 0)
+    (placement,) = place(SIZES, 1)
     c = placement.buffers["C"]
     ops = (Memset(c.pointer, 0, 1, c.nbytes, 1, 0), _kernel(), Copy(c.pointer, c.pointer, 4), Upload(c.pointer, b"ab"))
     launches = LaunchList(0, ops)
@@ -64,7 +67,7 @@ def test_launch_lists_round_trip_and_name_what_is_malformed() -> None:
 
 
 def test_what_the_harness_refuses_to_replay() -> None:
-    placements = (place(SIZES, 0), place(SIZES, 1))
+    placements = place(SIZES, 2)
     a, c = placements[0].buffers["A"], placements[0].buffers["C"]
     good = tuple(LaunchList(p.index, (_kernel(),)) for p in placements)
     assert validated(good, placements, {"A", "B"}, {"_Z4gemmv"}).kernels == {"_Z4gemmv"}

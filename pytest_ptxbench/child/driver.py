@@ -10,7 +10,7 @@ from typing import Any
 
 from cuda.bindings import driver as cu
 
-from ..replay.placement import GRANULE, RESERVE_ALIGN, Placement
+from ..replay.placement import GRANULE, RELOCATED, RESERVE_ALIGN, Placement
 
 
 class DriverError(RuntimeError):
@@ -59,7 +59,7 @@ def map_placement(placement: Placement, device: Any, fill: int) -> None:
         )
         if int(given) != buffer.reserve:
             raise RuntimeError(
-                f"the driver reserved {int(given):#x} instead of {buffer.reserve:#x} for {buffer.name}:"
+                f"{RELOCATED} {int(given):#x} instead of {buffer.reserve:#x} for {buffer.name}:"
                 " the buffers cannot be mapped where the capture put them"
             )
         handle = ok("cuMemCreate", cu.cuMemCreate(buffer.mapped_bytes, prop, 0))

@@ -58,7 +58,7 @@ def capture(
     timeout: float,
 ) -> Captured:
     """`request`: the library, launcher, parameters and cudart; raises CaptureFailed."""
-    placements = tuple(place(sizes, i) for i in range(PLACEMENTS))
+    placements = place(sizes, PLACEMENTS)
     env = child_environment(folder, {"CUDA_MODULE_LOADING": "EAGER"})  # no module loads inside the capture
     child = Child("capture", folder, env, prefix=sandbox.prefix)
     try:

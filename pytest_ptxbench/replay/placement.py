@@ -21,6 +21,9 @@ RESERVE_ALIGN = 1 << 30
 # Where reservations are drawn: far above the heap and below the libraries' mappings on x86-64 Linux.
 LOW, HIGH = 0x2000_0000_0000, 0x6000_0000_0000
 CANARY = 0xA5
+# How a child says the driver would not reserve an address (something of its own holds it): the harness then
+# draws other addresses and captures again.
+RELOCATED = "the driver reserved"
 
 
 @dataclass(frozen=True)
@@ -75,20 +78,24 @@ def _round_up(value: int, step: int) -> int:
     return -(-value // step) * step
 
 
-def place(sizes: dict[str, int], index: int, draw: secrets.SystemRandom | None = None) -> Placement:
-    """Addresses for buffers of the given sizes, each in a reservation of its own that overlaps no other."""
+def place(sizes: dict[str, int], count: int, draw: secrets.SystemRandom | None = None) -> tuple[Placement, ...]:
+    """`count` placements of buffers of the given sizes, every buffer in a reservation of its own that overlaps
+    no other (the placements of one call are mapped in one process)."""
     draw = draw or secrets.SystemRandom()
-    buffers: dict[str, Buffer] = {}
     taken: list[tuple[int, int]] = []
-    for name, nbytes in sizes.items():
-        mapped_bytes = _round_up(max(nbytes, 1) + ALIGN, GRANULE)
-        reserve_bytes = _round_up(GRANULE + mapped_bytes + TAIL, RESERVE_ALIGN)
-        while True:
-            reserve = LOW + draw.randrange((HIGH - LOW - reserve_bytes) // RESERVE_ALIGN) * RESERVE_ALIGN
-            if all(reserve + reserve_bytes <= a or b <= reserve for a, b in taken):
-                break
-        taken.append((reserve, reserve + reserve_bytes))
-        mapped = reserve + GRANULE
-        pointer = (mapped + mapped_bytes - nbytes) // ALIGN * ALIGN
-        buffers[name] = Buffer(name, nbytes, reserve, reserve_bytes, mapped, mapped_bytes, pointer)
-    return Placement(index, buffers)
+    placements = []
+    for index in range(count):
+        buffers: dict[str, Buffer] = {}
+        for name, nbytes in sizes.items():
+            mapped_bytes = _round_up(max(nbytes, 1) + ALIGN, GRANULE)
+            reserve_bytes = _round_up(GRANULE + mapped_bytes + TAIL, RESERVE_ALIGN)
+            while True:
+                reserve = LOW + draw.randrange((HIGH - LOW - reserve_bytes) // RESERVE_ALIGN) * RESERVE_ALIGN
+                if all(reserve + reserve_bytes <= a or b <= reserve for a, b in taken):
+                    break
+            taken.append((reserve, reserve + reserve_bytes))
+            mapped = reserve + GRANULE
+            pointer = (mapped + mapped_bytes - nbytes) // ALIGN * ALIGN
+            buffers[name] = Buffer(name, nbytes, reserve, reserve_bytes, mapped, mapped_bytes, pointer)
+        placements.append(Placement(index, buffers))
+    return tuple(placements)
