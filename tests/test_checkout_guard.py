@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import pytest_ptxbench
 from pytest_ptxbench.checkout import CheckoutGuard
 from pytest_ptxbench.gpu import GpuStages
 from pytest_ptxbench.settings import defaults
@@ -44,9 +45,15 @@ def test_the_gpu_stages_watch_the_working_directory_and_the_harness_checkout_who
     run_dir = project / "out" / "run"
     stages = GpuStages({**defaults(), "sandbox": "off"}, run_dir)
     try:
-        assert stages.guard.trees == (ROOT,)  # the package's own checkout (this one), `.git` and all
+        package = Path(pytest_ptxbench.__file__).resolve().parent
+        if package.parent == ROOT:  # run from the checkout (or an editable install): the checkout, `.git` and all
+            assert stages.guard.trees == (ROOT,)
+            watched = [ROOT / "pyproject.toml", ROOT / "tests" / "test_checkout_guard.py"]
+        else:  # an installed copy (tox): the package's own folder
+            assert stages.guard.trees == (package,)
+            watched = [package / "__init__.py", package / "gpu.py"]
         before = stages.guard.snapshot()
-        assert str(ROOT / "pyproject.toml") in before and str(ROOT / "tests" / "test_checkout_guard.py") in before
+        assert all(str(path) in before for path in watched)
         (project / "tests" / "test_x.py").write_text("written by a candidate\n")
         (run_dir / "static.json").write_text("written by the harness\n")
         assert stages.guard.changed(before) == [str(project.resolve() / "tests" / "test_x.py")]
