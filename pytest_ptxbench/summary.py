@@ -3,9 +3,9 @@ it also works under xdist."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from .task.cases import natural
 from .verdict import STAGES
 
 PROPERTY = "ptxbench"
@@ -86,11 +86,6 @@ def short_reason(evaluation_row: dict[str, Any]) -> str:
         text = reason[len(model) :].removeprefix(":") if reason.startswith(model) else reason
     text = " ".join(text.split())
     return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 3] + "..."
-
-
-def natural(text: str) -> tuple[str | int, ...]:
-    """A sort key that orders the numbers inside ids by value: m70 < m952 < m8192, s1000 < s2048."""
-    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
 
 
 def _baseline(row: dict[str, Any]) -> str:

@@ -129,6 +129,8 @@ def test_report_tables_hold_the_known_numbers(run: Path) -> None:
     assert pass_row[3:] == ["4", "2", "0", "0.500", "–", "–", "0.750", "0.750", "0.500", "0.500", "0.250"]
     shapes = {r[3]: r[4:] for r in rows(tables["Per shape"])}
     assert len(shapes) == 12
+    ms = [int(shape.removeprefix("m")) for shape in shapes]
+    assert ms == sorted(ms) and ms[0] == 70, ms  # by value, as in the console: m70 < m93 < ... < m8828
     assert shapes["m8192"] == [
         "no",
         "3/4 = 75% [30%, 95%]",

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..task.cases import natural
 from .scores import TURN_CATEGORIES, TrajectoryScore
 from .stats import wilson
 from .tables import NOT_JUDGED, SPEED_OF_LIGHT, SPEEDUP, Figure, Table, cells, correct, tally, verified
@@ -146,7 +147,7 @@ def _per_shape(pyplot: Any, scores: Sequence[TrajectoryScore], figure: Figure, l
     ]
     if not points:
         return None
-    names = sorted({name for name, _ in points})
+    names = sorted({name for name, _ in points}, key=natural)
     plot, axes = pyplot.subplots(figsize=(9, 1 + 0.35 * len(names)))
     axes.scatter([value for _, value in points], [names.index(name) for name, _ in points])
     axes.axvline(1.0, color="grey", linestyle="--")

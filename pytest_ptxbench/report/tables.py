@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..task.cases import natural
 from .scores import TURN_CATEGORIES, Score, TrajectoryScore
 from .stats import FAST_P, bootstrap_geomean, fast_p, geomean, pass_at_k, wilson
 
@@ -150,7 +151,7 @@ def _budget(scores: Sequence[Score]) -> list[str]:
 def shape_table(scores: Sequence[TrajectoryScore]) -> Table:
     rows = []
     for cell, group in cells(scores).items():
-        for shape in sorted({sh for s in group for sh in s.shapes}):
+        for shape in sorted({sh for s in group for sh in s.shapes}, key=natural):
             entries = [s.shapes[shape] for s in group if shape in s.shapes]
             on_shape = [score for _, score in entries]
             rows.append([*cell, shape, "yes" if entries[0][0] else "no", share(on_shape, correct), *_speed(on_shape)])

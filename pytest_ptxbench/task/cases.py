@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..targets import Target
@@ -49,3 +50,8 @@ def make_cases(families: list[Family], targets: list[Target], shapes: str, traje
         for shape in family.shapes(shapes)
         for n in range(1, trajectories + 1)
     ]
+
+
+def natural(text: str) -> tuple[str | int, ...]:
+    """A sort key that orders the numbers inside ids by value: m70 < m952 < m8192, s1000 < s2048."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
