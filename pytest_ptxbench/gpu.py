@@ -3,7 +3,7 @@
 The pytest process only orchestrates. The candidate's host code runs in one place: the capture child
 (sandboxed), which records the launcher's launches at two buffer placements as data. Everything measured
 runs in harness code: the runner replays those launches from the cubins the harness extracted (check,
-time, and under ncu and compute-sanitizer for profile and sanitize); the trusted child (torch) makes
+time, and under ncu and compute-sanitizer, sandboxed, for profile and sanitize); the trusted child (torch) makes
 inputs, references and baseline times. Outputs are compared here, never in a child.
 """
 
@@ -24,7 +24,6 @@ from .checkout import CheckoutGuard
 from .child import wire
 from .replay.capturing import Captured, CaptureFailed, buffer_sizes, capture
 from .replay.client import Runner, RunnerFailed
-from .replay.placement import RELOCATED
 from .replay.timer import interleave
 from .stages import check, profile, sanitize, timing
 from .targets import Target
@@ -80,10 +79,16 @@ class GpuStages:
         self.references = self.private / "references"
         self.references.mkdir(parents=True)
         mode = settings["sandbox"]
-        self.sandbox = (
-            make_sandbox([PACKAGE_ROOT, Path.cwd(), run_dir], [self.scratch], hidden=[self.private])
+        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        protected = [PACKAGE_ROOT, Path.cwd(), run_dir]
+        self.sandbox, self.tool_sandbox = (
+            (
+                make_sandbox(protected, [self.scratch], hidden=[self.private]),
+                # ncu and compute-sanitizer replaying: the inputs readable, only the scratch and logs writable
+                make_sandbox(protected, [self.scratch, run_dir / "logs"]),
+            )
             if mode != "off"
-            else Sandbox((), "none: --ptx-sandbox=off")
+            else (Sandbox((), "none: --ptx-sandbox=off"),) * 2
         )
         if mode == "namespaces" and not self.sandbox.prefix:
             self.close()
@@ -158,63 +163,51 @@ class GpuStages:
         if candidate.digest in self._tampered:
             return [self._tampered[candidate.digest]]
         settings = {**self.settings, **(overrides or {})}  # a test's own runs, warm-ups, call timeout
-        code = Code.of(static)
+        subject = Subject(candidate, family, task, target, Code.of(static))
         try:
             prepared = self.prepare(family, task, dict(shape.values), shape.id)
         except ChildFailed as exc:
             return [Verdict("check", Status.TOOL_UNAVAILABLE, f"no reference: {exc}")]
-        timeout = float(settings["call_timeout"])
         before = self.guard.snapshot()
-        verdicts = self._stages(candidate, family, task, target, shape, code, prepared, settings, timeout)
+        verdicts = self._stages(subject, shape, prepared, settings)
         judged = self.guard.judge(before, verdicts)
         if judged is not verdicts:
             self._tampered[candidate.digest] = judged[0]
         return judged
 
-    def _stages(
-        self,
-        candidate: Candidate,
-        family: Family,
-        task: Task,
-        target: Target,
-        shape: Shape,
-        code: Code,
-        prepared: Prepared,
-        settings: Mapping[str, Any],
-        timeout: float,
-    ) -> list[Verdict]:
+    def _stages(self, subject: Subject, shape: Shape, prepared: Prepared, settings: Mapping[str, Any]) -> list[Verdict]:
         started = time.monotonic()
+        timeout = float(settings["call_timeout"])
         try:
-            self._capture(candidate, family, code, prepared, timeout)
+            captured = self._capture(subject, prepared, timeout)
         except CaptureFailed as exc:
             return [Verdict("check", Status.FAILED, str(exc), {"stage": "capture"}, time.monotonic() - started)]
         captured_at = time.monotonic()
-        folder = self.private / "candidates" / candidate.digest / prepared.key
+        folder = self.private / "candidates" / subject.candidate.digest / prepared.key
         try:
-            runner = self._runner(candidate, family, code, prepared, folder, timeout)
+            runner = self.replayer(subject, prepared, folder, timeout)
         except (RunnerFailed, CaptureFailed) as exc:
             return [Verdict("check", Status.FAILED, str(exc), seconds=time.monotonic() - started)]
-        captured = self._captures[(candidate.digest, prepared.key)]
+        captured = self._captures[(subject.candidate.digest, prepared.key)]  # captured again if relocated
         overhead = {"capture_seconds": captured_at - started, "runner_seconds": time.monotonic() - captured_at}
         try:
-            verdicts = [self._check(runner, family, prepared, started)]
+            verdicts = [self._check(runner, subject.family, prepared, started)]
             verdicts[0].data.update(overhead)
             if verdicts[0].passed:
-                kernels = captured.lists[0].kernels
-                names = frozenset(k.name for k in kernels)
-                verdicts.append(self._covered("profile", candidate, family, task, target, shape, code, names))
-                verdicts.append(self._covered("sanitize", candidate, family, task, target, shape, code, names))
-                verdicts.append(self._time(runner, family, task, target, shape, code, settings))
+                names = frozenset(k.name for k in captured.lists[0].kernels)
+                verdicts.append(self._covered("profile", subject, shape, names))
+                verdicts.append(self._covered("sanitize", subject, shape, names))
+                verdicts.append(self._time(runner, subject, shape, settings))
         finally:
             runner.close()
         return verdicts
 
-    def _capture(
-        self, candidate: Candidate, family: Family, code: Code, prepared: Prepared, timeout: float
-    ) -> Captured:
-        """The launch lists of one shape, captured once per candidate (profile and sanitize reuse them)."""
-        key = (candidate.digest, prepared.key)
+    def _capture(self, subject: Subject, prepared: Prepared, timeout: float) -> Captured:
+        """The launch lists of one shape, captured once per candidate (profile and sanitize reuse them); where
+        the driver keeps a drawn address for itself, captured again at others."""
+        key = (subject.candidate.digest, prepared.key)
         if key not in self._captures:
+            code, family = subject.code, subject.family
             request = {
                 "cudart": str(find_library("libcudart.so.13")),
                 "library": str(code.library),
@@ -223,29 +216,28 @@ class GpuStages:
                 "inputs": [p["name"] for p in prepared.params if p["role"] == "input"],
             }
             sizes = buffer_sizes(prepared.params, wire.ITEMSIZE, int(family.workspace_bytes(prepared.values)))
-            folder = self.scratch / "captures" / candidate.digest / prepared.key
+            folder = self.scratch / "captures" / subject.candidate.digest / prepared.key
             for attempt in range(ATTEMPTS):
                 try:
                     self._captures[key] = capture(request, sizes, set(code.own), folder, self.sandbox, timeout)
                     break
                 except CaptureFailed as exc:
-                    if RELOCATED not in str(exc) or attempt == ATTEMPTS - 1:
+                    if not exc.relocated or attempt == ATTEMPTS - 1:
                         raise
         return self._captures[key]
 
-    def _runner(
-        self, candidate: Candidate, family: Family, code: Code, prepared: Prepared, folder: Path, timeout: float
-    ) -> Runner:
+    def replayer(self, subject: Subject, prepared: Prepared, folder: Path, timeout: float | None = None) -> Runner:
         """A runner for one shape's launch lists; where the driver would not give the runner the captured
         addresses, the launches are captured again at others."""
+        timeout = float(self.settings["call_timeout"]) if timeout is None else timeout
         for attempt in range(ATTEMPTS):
-            captured = self._capture(candidate, family, code, prepared, timeout)
+            captured = self._capture(subject, prepared, timeout)
             try:
-                return Runner(folder, self._load(code, prepared, captured), self._sets(prepared), timeout)
+                return Runner(folder, self._load(subject.code, prepared, captured), self._sets(prepared), timeout)
             except RunnerFailed as exc:
-                if RELOCATED not in str(exc) or attempt == ATTEMPTS - 1:
+                if not exc.relocated or attempt == ATTEMPTS - 1:
                     raise
-                del self._captures[(candidate.digest, prepared.key)]
+                del self._captures[(subject.candidate.digest, prepared.key)]
         raise AssertionError("unreachable")
 
     def _load(self, code: Code, prepared: Prepared, captured: Captured) -> dict[str, Any]:
@@ -296,60 +288,39 @@ class GpuStages:
             )
         return out
 
-    def _covered(
-        self,
-        stage: str,
-        candidate: Candidate,
-        family: Family,
-        task: Task,
-        target: Target,
-        shape: Shape,
-        code: Code,
-        kernels: frozenset[str],
-    ) -> Verdict:
+    def _covered(self, stage: str, subject: Subject, shape: Shape, kernels: frozenset[str]) -> Verdict:
         """profile or sanitize, so that every kernel a judged shape launches ran under the tool at least once:
         sanitize at the task's sanitizer shape first, profile at the first shape judged, then each at any
         shape that launches a kernel not yet covered. A failure stays with the candidate."""
-        key = (stage, candidate.digest, task.name)
+        key = (stage, subject.candidate.digest, subject.task.name)
         done = self._coverage.setdefault(key, [])
         if stage == "sanitize" and not done:
-            done.append(
-                self._once(stage, candidate, family, task, target, dict(family.sanitizer_shape), "sanitizer", code)
-            )
+            done.append(self._once(stage, subject, dict(subject.family.sanitizer_shape), "sanitizer"))
         covered = frozenset().union(*(v.data.get("covered", ()) for v in done))
         if not kernels <= covered:
-            done.append(self._once(stage, candidate, family, task, target, dict(shape.values), shape.id, code))
+            done.append(self._once(stage, subject, dict(shape.values), shape.id))
         failed = [v for v in done if v.status is Status.FAILED]
         return failed[0] if failed else done[-1]
 
-    def _once(
-        self,
-        stage: str,
-        candidate: Candidate,
-        family: Family,
-        task: Task,
-        target: Target,
-        values: dict[str, AxisValue],
-        label: str,
-        code: Code,
-    ) -> Verdict:
+    def _once(self, stage: str, subject: Subject, values: dict[str, AxisValue], label: str) -> Verdict:
         """One replay of one shape by the runner under ncu (profile) or compute-sanitizer (sanitize)."""
-        tool = find_tool("ncu" if stage == "profile" else "compute-sanitizer")
+        name = "ncu" if stage == "profile" else "compute-sanitizer"
+        tool = find_tool(name)
         if tool is None:
-            name = "ncu" if stage == "profile" else "compute-sanitizer"
             return Verdict(stage, Status.TOOL_UNAVAILABLE, f"requires {name}, found none")
+        family, code, digest = subject.family, subject.code, subject.candidate.digest
         timeout = float(self.settings["call_timeout"])
         try:
-            prepared = self.prepare(family, task, values, label)
-            captured = self._capture(candidate, family, code, prepared, timeout)
+            prepared = self.prepare(family, subject.task, values, label)
+            captured = self._capture(subject, prepared, timeout)
         except ChildFailed as exc:
             return Verdict(stage, Status.TOOL_UNAVAILABLE, f"no inputs: {exc}")
         except CaptureFailed as exc:
             return Verdict(stage, Status.FAILED, f"at {label}: {exc}")
-        folder = self.run_dir / "logs" / candidate.digest / task.name / stage / label  # plan, result, tool logs
+        folder = self.run_dir / "logs" / digest / subject.task.name / stage / label  # plan, result, tool logs
         folder.mkdir(parents=True, exist_ok=True)
         plan, result = folder / "plan.json", folder / "result.json"
-        outputs = self.private / "once" / candidate.digest / stage
+        outputs = self.private / "once" / digest / stage
         requests = [
             {"op": "load", **self._load(code, prepared, captured)},
             {"op": "sets", "sets": self._sets(prepared)[:1]},
@@ -360,28 +331,22 @@ class GpuStages:
         env = child_environment(folder)
         if stage == "profile":
             work = profile.Work(family.flops(prepared.values), family.min_tensor_share)
-            opcodes = family.opcodes.get(target.name, ())
-            verdict = profile.profile(tool, runner, plan, result, env, code.own, opcodes, work, timeout=600)
+            opcodes = family.opcodes.get(subject.target.name, ())
+            prefix = self.tool_sandbox.prefix
+            verdict = profile.profile(tool, runner, plan, result, env, code.own, opcodes, work, 600, prefix)
         else:
-            verdict = sanitize.sanitize(tool, runner, plan, result, env, timeout=600)
+            verdict = sanitize.sanitize(tool, runner, plan, result, env, 600, self.tool_sandbox.prefix)
         verdict.data["shape"] = label
+        verdict.data["sandbox"] = self.tool_sandbox.description
         verdict.data["covered"] = sorted({k.name for k in captured.lists[0].kernels})
         shutil.rmtree(outputs, ignore_errors=True)  # outputs nobody reads
         return verdict
 
-    def _time(
-        self,
-        runner: Runner,
-        family: Family,
-        task: Task,
-        target: Target,
-        shape: Shape,
-        code: Code,
-        settings: Mapping[str, Any],
-    ) -> Verdict:
+    def _time(self, runner: Runner, subject: Subject, shape: Shape, settings: Mapping[str, Any]) -> Verdict:
         started = time.monotonic()
+        family, target = subject.family, subject.target
         try:  # again: profile and sanitize moved the trusted child on to other shapes
-            prepared = self.prepare(family, task, dict(shape.values), shape.id)
+            prepared = self.prepare(family, subject.task, dict(shape.values), shape.id)
         except ChildFailed as exc:
             return _time_error("baseline", str(exc), started)
         if prepared.unavailable is not None:
@@ -411,7 +376,7 @@ class GpuStages:
             return stop.verdict
         except RunnerFailed as exc:
             return _time_error("candidate", str(exc), started)
-        own = code.own
+        own = subject.code.own
         problems = timing.problems_in(timed.candidate, set(own))
         drifted = [c.summary() for c in rechecks if not c.passes(family.matched_ratio)]
         if drifted:
@@ -453,9 +418,21 @@ class Code:
 
     @classmethod
     def of(cls, static: Sequence[Verdict]) -> Code:
-        built, inspected = static[0], static[1]
+        by_stage = {v.stage: v for v in static}
+        built, inspected = by_stage["build"], by_stage["inspect"]
         cubins = tuple(Cubin(Path(c["path"]), c["sha256"]) for c in inspected.data["cubins"])
         return cls(Path(built.data["library"]), dict(inspected.data["kernels"]), cubins)
+
+
+@dataclass(frozen=True)
+class Subject:
+    """One candidate for one task on one target, with what its static stages established."""
+
+    candidate: Candidate
+    family: Family
+    task: Task
+    target: Target
+    code: Code
 
 
 class _Stopped(Exception):

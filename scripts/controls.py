@@ -10,8 +10,11 @@
    FlashInfer forward (with its errors against the reference); cuDNN's backward checked against the
    reference with the task's tolerances on every input distribution (can the vendor meet them?).
 4. Stage wall times of a run directory's tests (harness cost), when one is given.
+5. The replay's own timing: the reference GEMM through two trusted runners (A/A), and the runner against
+   the library called directly in this process (torch events).
 
-Usage: PYTHONPATH=. python3 scripts/controls.py [RUN_DIR]   1, 2, the cuDNN part of 3, and 4 for RUN_DIR
+Usage: PYTHONPATH=. python3 scripts/controls.py [RUN_DIR]   1, 2, 5, the cuDNN part of 3, and 4 for RUN_DIR
+       PYTHONPATH=. python3 scripts/controls.py --replay     5 only
        PYTHONPATH=. python3 scripts/controls.py --baselines  the rest of 3 (FlashInfer compiles: minutes)
        PYTHONPATH=. python3 scripts/controls.py --stages RUN_DIR
        PYTHONPATH=. python3 scripts/controls.py --self-check  cuDNN's backward under the task's check only
@@ -75,6 +78,104 @@ def aa_and_graph() -> list[str]:
         f"  harness CUPTI span {span:.4f} ms vs CUDA-graph replay of 10 (flush, matmul) pairs less 10 flushes "
         f"{graph:.4f} ms/call (median of {len(independent.graph_ms)} replays): {100 * (span - graph) / graph:+.2f}%",
     ]
+
+
+def replay() -> list[str]:
+    """The reference GEMM replayed by the trusted runner at the core shape (M 8192): A/A, two runners of the
+    same launch lists interleaved exactly as a candidate and its baseline are; and the runner's CUPTI span
+    against the same library called directly in this process, timed by torch events, in blocks between
+    the runner's (the replay must add nothing)."""
+
+    from pytest_ptxbench.candidate import Candidate
+    from pytest_ptxbench.gpu import Code, Subject
+    from pytest_ptxbench.pipeline import Pipeline
+    from pytest_ptxbench.replay.timer import interleave
+    from pytest_ptxbench.rundir import RunDirectory
+    from pytest_ptxbench.targets import TARGETS
+
+    settings = defaults()
+    gemm = load_family(ROOT / "tasks" / "gemm.yaml")
+    task = next(t for t in gemm.tasks if t.name == "gemm-n7168-k5120")
+    source = ROOT / "tasks" / "reference" / "h100" / "gemm.cu"
+    candidate = Candidate.from_file(gemm.name, "h100", source)
+    pipeline = Pipeline(RunDirectory(Path(tempfile.mkdtemp())), lambda: [], settings)
+    static = pipeline.static(candidate, gemm, TARGETS["h100"])
+    stages = GpuStages(settings, Path(tempfile.mkdtemp()))
+    subject = Subject(candidate, gemm, task, TARGETS["h100"], Code.of(static))
+    try:
+        prepared = stages.prepare(gemm, task, {"M": 8192}, "m8192")
+        a = stages.replayer(subject, prepared, stages.private / "a")
+        b = stages.replayer(subject, prepared, stages.private / "b")
+        aa = interleave(a, lambda count, first: b.time(0, count, first, []).runs, 50, 10, lambda i, f: None)
+        direct = _Direct(static[0].data["library"], gemm.launcher.name)
+        runner_ms: list[float] = []
+        runner_events: list[float] = []
+        a.time(0, WARMUP, 0, [])
+        direct.events(WARMUP)
+        direct.event_ms.clear()
+        for block in range(BLOCKS):
+            timed = a.time(0, PER_BLOCK, WARMUP + block * PER_BLOCK, []).runs
+            runner_ms += [r["span_ms"] for r in timed]
+            runner_events += [r["event_ms"] for r in timed]
+            direct.events(PER_BLOCK)
+        a.close()
+        b.close()
+    finally:
+        stages.close()
+        pipeline.close()
+    ma, mb = (statistics.median(r["span_ms"] for r in runs) for runs in (aa.candidate, aa.baseline))
+    span, events = statistics.median(runner_ms), statistics.median(direct.event_ms)
+    own_events = statistics.median(runner_events)
+    return [
+        f"A/A through replay (the reference GEMM M8192, two runners, 50 runs interleaved in blocks): "
+        f"A {ma:.4f} ms, B {mb:.4f} ms, ratio {ma / mb:.4f}",
+        f"  runner CUPTI span {span:.4f} ms vs the library called directly, torch events (L2 flushed, median of "
+        f"{len(direct.event_ms)}) {events:.4f} ms: {100 * (span - events) / events:+.2f}%",
+        f"  runner events (graph launch, device sync inside) {own_events:.4f} ms vs the direct call's events "
+        f"{events:.4f} ms: {100 * (own_events - events) / events:+.2f}%",
+    ]
+
+
+class _Direct:
+    """The reference GEMM's library called in this process (trusted code), timed by torch events."""
+
+    def __init__(self, library: str, launcher: str) -> None:
+        import ctypes
+
+        import torch
+
+        self.torch = torch
+        ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)  # cuTensorMapEncodeTiled
+        self.launch = getattr(ctypes.CDLL(library), launcher)
+        self.launch.restype = ctypes.c_int
+        m, n, k = 8192, 7168, 5120
+        self.a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        self.b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        self.c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        self.workspace = torch.empty(4 * m * n, device="cuda", dtype=torch.uint8)
+        vp = ctypes.c_void_p
+        self.args = (
+            vp(self.a.data_ptr()), vp(self.b.data_ptr()), vp(self.c.data_ptr()),
+            ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
+            vp(self.workspace.data_ptr()), ctypes.c_size_t(self.workspace.numel()),
+            vp(torch.cuda.current_stream().cuda_stream),
+        )  # fmt: skip
+        l2 = torch.cuda.get_device_properties(0).L2_cache_size
+        self.flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
+        self.event_ms: list[float] = []
+
+    def events(self, runs: int) -> None:
+        torch = self.torch
+        for _ in range(runs):
+            self.flush.zero_()
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            if self.launch(*self.args) != 0:
+                raise RuntimeError("the reference GEMM's launcher failed")
+            end.record()
+            end.synchronize()
+            self.event_ms.append(start.elapsed_time(end))
 
 
 class _Independent:
@@ -282,7 +383,11 @@ if __name__ == "__main__":
         print("\n".join(flashinfer_forward()), flush=True)
         print("\n".join(baseline_self_check()), flush=True)
         sys.exit(0)
+    if sys.argv[1:2] == ["--replay"]:  # only the controls of the trusted runner's timing
+        print("\n".join(replay()), flush=True)
+        sys.exit(0)
     print("\n".join(aa_and_graph()), flush=True)
+    print("\n".join(replay()), flush=True)
     print("\n".join(attention_baselines()), flush=True)
     if len(sys.argv) > 1 and Path(sys.argv[1], "results.jsonl").exists():
         print("\n".join(stage_times(Path(sys.argv[1]))))

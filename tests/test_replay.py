@@ -7,9 +7,10 @@ import itertools
 
 import pytest
 
+from pytest_ptxbench.child.serving import answer
 from pytest_ptxbench.replay.capturing import CaptureFailed, validated
 from pytest_ptxbench.replay.launches import Copy, Kernel, LaunchList, Memset, Upload
-from pytest_ptxbench.replay.placement import ALIGN, GRANULE, RESERVE_ALIGN, TAIL, Placement, place
+from pytest_ptxbench.replay.placement import ALIGN, GRANULE, RESERVE_ALIGN, TAIL, Placement, Relocated, place
 from pytest_ptxbench.replay.timer import RECHECKS, recheck_schedule
 
 SIZES = {"A": 256 * 2048 * 2, "B": 128 * 2048 * 2, "C": 256 * 128 * 2 + 6, "workspace": 0}
@@ -100,3 +101,19 @@ def test_the_rechecked_runs_are_secret_and_enough() -> None:
     from math import comb
 
     assert comb(25, RECHECKS) / comb(50, RECHECKS) < 1e-3
+
+
+def test_a_relocation_travels_as_its_type_not_its_words() -> None:
+    """The harness captures again only when a child's reply names the Relocated type; an error that merely
+    quotes the driver's words is an ordinary failure."""
+
+    def relocated(request: dict[str, object]) -> dict[str, object]:
+        raise Relocated("the driver reserved 0x7f0000000000 instead of 0x200000000000 for A")
+
+    def quoting(request: dict[str, object]) -> dict[str, object]:
+        raise RuntimeError("the driver reserved nothing: the launcher failed")
+
+    reply, fatal = answer(relocated, {"op": "load"}, (RuntimeError,))
+    assert (reply["ok"], reply["error_type"], fatal) == (False, "Relocated", True)
+    reply, fatal = answer(quoting, {"op": "load"}, (RuntimeError,))
+    assert (reply["error_type"], fatal) == ("RuntimeError", True)

@@ -28,10 +28,6 @@ _CTYPES = {
 }
 
 
-class Failed(RuntimeError):
-    """The launcher failed or did something a launch list cannot describe."""
-
-
 def _ctype(declared: str) -> Any:
     return ctypes.c_void_p if "*" in declared else _CTYPES[declared.replace("const ", "").strip()]
 
@@ -72,9 +68,9 @@ class Capture:
         code = int(self.launch(*self.arguments(placement)))
         captured = graph.end(self.stream, placement.index)
         if code != 0:
-            raise Failed(f"the launcher returned {self.runtime.error_name(code)} ({code})")
+            raise graph.Refused(f"the launcher returned {self.runtime.error_name(code)} ({code})")
         if isinstance(captured, str):
-            raise Failed(
+            raise graph.Refused(
                 f"the launch could not be captured ({captured}): the launcher made a call that is not allowed while"
                 " its stream is captured (a synchronisation, a blocking copy, work on the legacy stream)"
             )
@@ -89,4 +85,4 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main(handle, fatal=(RuntimeError,))  # Failed, the driver's and graph's errors: the context is suspect
+    main(handle, fatal=(RuntimeError,))  # refused launches, the driver's errors: the context is suspect

@@ -41,15 +41,6 @@ class Runtime:
     def memset(self, pointer: int, byte: int, nbytes: int) -> None:
         self._call("cudaMemset", ctypes.c_void_p(pointer), ctypes.c_int(byte), ctypes.c_size_t(nbytes))
 
-    def memset_async(self, pointer: int, byte: int, nbytes: int, stream: int) -> None:
-        self._call(
-            "cudaMemsetAsync",
-            ctypes.c_void_p(pointer),
-            ctypes.c_int(byte),
-            ctypes.c_size_t(nbytes),
-            ctypes.c_void_p(stream),
-        )
-
     def copy_to_device(self, pointer: int, data: bytes | memoryview) -> None:
         buffer = (ctypes.c_char * len(data)).from_buffer_copy(data)
         self._call("cudaMemcpy", ctypes.c_void_p(pointer), buffer, ctypes.c_size_t(len(data)), MEMCPY_HOST_TO_DEVICE)

@@ -10,7 +10,7 @@ from typing import Any
 
 from cuda.bindings import driver as cu
 
-from ..replay.placement import GRANULE, RELOCATED, RESERVE_ALIGN, Placement
+from ..replay.placement import GRANULE, RESERVE_ALIGN, Placement, Relocated
 
 
 class DriverError(RuntimeError):
@@ -58,8 +58,8 @@ def map_placement(placement: Placement, device: Any, fill: int) -> None:
             "cuMemAddressReserve", cu.cuMemAddressReserve(buffer.reserve_bytes, RESERVE_ALIGN, buffer.reserve, 0)
         )
         if int(given) != buffer.reserve:
-            raise RuntimeError(
-                f"{RELOCATED} {int(given):#x} instead of {buffer.reserve:#x} for {buffer.name}:"
+            raise Relocated(
+                f"the driver reserved {int(given):#x} instead of {buffer.reserve:#x} for {buffer.name}:"
                 " the buffers cannot be mapped where the capture put them"
             )
         handle = ok("cuMemCreate", cu.cuMemCreate(buffer.mapped_bytes, prop, 0))

@@ -27,7 +27,7 @@ _A = cu.CUlaunchAttributeID
 
 
 class Refused(RuntimeError):
-    """The launcher did something a launch list cannot describe."""
+    """The launcher failed or did something a launch list cannot describe."""
 
 
 def begin(stream: Any) -> None:

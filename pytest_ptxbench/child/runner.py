@@ -15,7 +15,7 @@ from typing import Any
 from cuda.bindings import driver as cu
 
 from ..replay.launches import Copy, Kernel, LaunchList, Memset, Upload
-from ..replay.placement import CANARY, Placement
+from ..replay.placement import CANARY, Placement, Relocated
 from . import driver
 from .cudart import CudaError, Runtime
 from .serving import main
@@ -290,4 +290,4 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main(handle, fatal=(driver.DriverError, CudaError, RunFailed, ReplayError))
+    main(handle, fatal=(driver.DriverError, CudaError, RunFailed, ReplayError, Relocated))

@@ -21,9 +21,10 @@ def answer(handle: Handler, request: dict[str, Any], fatal: tuple[type[Exception
     try:
         return {"ok": True, **handle(request)}, False
     except fatal as exc:
-        return {"ok": False, "error": str(exc), "fatal": True}, True
+        return {"ok": False, "error": str(exc), "error_type": type(exc).__name__, "fatal": True}, True
     except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
-        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "fatal": False}, False
+        error_type = type(exc).__name__
+        return {"ok": False, "error": f"{error_type}: {exc}", "error_type": error_type, "fatal": False}, False
 
 
 def serve(handle: Handler, fatal: tuple[type[Exception], ...]) -> None:

@@ -26,12 +26,6 @@ class Clock:
         self.flush_bytes = 2 * runtime.l2_bytes()
         self.flush_buffer = runtime.malloc(self.flush_bytes)
 
-        def mark() -> None:
-            runtime.memset_async(self.flush_buffer, 0, 256, stream)
-            runtime.synchronize()
-
-        self.stream_id = tracer.stream_id(mark)  # CUPTI's id of the stream the call is given
-
     def runs(
         self,
         count: int,
@@ -65,14 +59,7 @@ class Clock:
                     "index": i,
                     "event_ms": event_ms,
                     "span_ms": span_ms(kernels),
-                    "kernels": [
-                        {
-                            "name": k.name,
-                            "given_stream": k.stream == self.stream_id,
-                            "ms": (k.end_ns - k.start_ns) / 1e6,
-                        }
-                        for k in kernels
-                    ],
+                    "kernels": [{"name": k.name, "ms": (k.end_ns - k.start_ns) / 1e6} for k in kernels],
                 }
             )
         return out

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,7 +9,6 @@ from typing import Any
 @dataclass(frozen=True)
 class KernelRecord:
     name: str  # mangled, as in the cubin
-    stream: int
     start_ns: int
     end_ns: int
 
@@ -23,9 +21,7 @@ class Tracer:
 
         self._cupti = cupti
         self._records: list[KernelRecord] = []
-        self._memset_streams: list[int] = []
         cupti.activity_enable(cupti.ActivityKind.CONCURRENT_KERNEL)
-        cupti.activity_enable(cupti.ActivityKind.MEMSET)
         cupti.activity_register_callbacks(self._requested, self._completed)
 
     @staticmethod
@@ -35,17 +31,7 @@ class Tracer:
     def _completed(self, activities: list[Any]) -> None:
         for a in activities:
             if a.kind == self._cupti.ActivityKind.CONCURRENT_KERNEL:
-                self._records.append(KernelRecord(str(a.name), int(a.stream_id), int(a.start), int(a.end)))
-            elif a.kind == self._cupti.ActivityKind.MEMSET:
-                self._memset_streams.append(int(a.stream_id))
-
-    def stream_id(self, mark: Callable[[], None]) -> int | None:
-        """CUPTI's id of a stream: `mark` must put one asynchronous memset on it and wait."""
-        self._cupti.activity_flush_all(1)
-        self._memset_streams.clear()
-        mark()
-        self._cupti.activity_flush_all(1)
-        return self._memset_streams[-1] if self._memset_streams else None
+                self._records.append(KernelRecord(str(a.name), int(a.start), int(a.end)))
 
     def now(self) -> int:
         return int(self._cupti.get_timestamp())

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..workers import Child, ChildFailed, Sandbox, child_environment
 from .launches import LaunchList
-from .placement import Placement, place
+from .placement import Placement, Relocated, place
 
 POISON = 0xFF  # what the capture child's buffers hold: never task data
 PLACEMENTS = 2
@@ -32,7 +32,12 @@ class Captured:
 
 
 class CaptureFailed(Exception):
-    """The launcher's launches cannot be replayed; the message says what was found."""
+    """The launcher's launches cannot be replayed; the message says what was found. `relocated`: the driver
+    would not reserve a drawn address (capture again at others)."""
+
+    def __init__(self, message: str, relocated: bool = False) -> None:
+        super().__init__(message)
+        self.relocated = relocated
 
 
 def buffer_sizes(
@@ -70,7 +75,7 @@ def capture(
     finally:
         child.close()
     if not reply["ok"]:
-        raise CaptureFailed(reply["error"])
+        raise CaptureFailed(reply["error"], relocated=reply.get("error_type") == Relocated.__name__)
     try:
         lists = tuple(LaunchList.from_json(raw) for raw in reply["launches"])
     except (KeyError, TypeError, ValueError) as exc:

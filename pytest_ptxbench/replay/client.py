@@ -7,10 +7,16 @@ from pathlib import Path
 from typing import Any
 
 from ..workers import Child, ChildFailed, child_environment
+from .placement import Relocated
 
 
 class RunnerFailed(Exception):
-    """A replay failed: the device faulted, the runner died or hung, or it refused the launch list."""
+    """A replay failed: the device faulted, the runner died or hung, or it refused the launch list;
+    `relocated`: the driver would not map the captured addresses (capture again at others)."""
+
+    def __init__(self, message: str, relocated: bool = False) -> None:
+        super().__init__(message)
+        self.relocated = relocated
 
 
 @dataclass(frozen=True)
@@ -22,7 +28,7 @@ class Checked:
 
 @dataclass(frozen=True)
 class Timed:
-    runs: list[dict[str, Any]]  # per run: index, event_ms, span_ms, kernels (name, given_stream, ms)
+    runs: list[dict[str, Any]]  # per run: index, event_ms, span_ms, kernels (name, ms)
     saved: dict[int, dict[str, Path]]  # outputs of the rechecked runs
     overruns: list[str]
 
@@ -42,9 +48,8 @@ class Runner:
         except ChildFailed as exc:
             raise RunnerFailed(str(exc)) from None
         if not reply["ok"]:
-            raise RunnerFailed(
-                f"{request['op']}: {reply['error']}" if request["op"] in ("load", "sets") else reply["error"]
-            )
+            message = f"{request['op']}: {reply['error']}" if request["op"] in ("load", "sets") else reply["error"]
+            raise RunnerFailed(message, relocated=reply.get("error_type") == Relocated.__name__)
         return reply
 
     def check(self, placement: int, index: int, poison: int) -> Checked:

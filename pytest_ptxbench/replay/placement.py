@@ -21,9 +21,6 @@ RESERVE_ALIGN = 1 << 30
 # Where reservations are drawn: far above the heap and below the libraries' mappings on x86-64 Linux.
 LOW, HIGH = 0x2000_0000_0000, 0x6000_0000_0000
 CANARY = 0xA5
-# How a child says the driver would not reserve an address (something of its own holds it): the harness then
-# draws other addresses and captures again.
-RELOCATED = "the driver reserved"
 
 
 @dataclass(frozen=True)
@@ -99,3 +96,8 @@ def place(sizes: dict[str, int], count: int, draw: secrets.SystemRandom | None =
             buffers[name] = Buffer(name, nbytes, reserve, reserve_bytes, mapped, mapped_bytes, pointer)
         placements.append(Placement(index, buffers))
     return tuple(placements)
+
+
+class Relocated(RuntimeError):
+    """The driver would not reserve an address (something of its own holds it): the harness draws other
+    addresses and captures again. A child's reply names this class (`error_type`)."""

@@ -51,10 +51,11 @@ def profile(
     required: Sequence[str],
     work: Work,
     timeout: float,
+    prefix: Sequence[str] = (),
 ) -> Verdict:
-    """`own_kernels`: mangled name → readable name, from inspect."""
+    """`own_kernels`: mangled name → readable name, from inspect; `prefix`: the sandbox ncu runs in."""
     log = plan.with_suffix(".ncu.csv")
-    done = process.run([*command(tool, log), *child], timeout, cwd=plan.parent, env=env)
+    done = process.run([*prefix, *command(tool, log), *child], timeout, cwd=plan.parent, env=env)
     child_result = json.loads(result.read_text(errors="replace")) if result.exists() else None
     if done.timed_out:
         return Verdict(

@@ -18,8 +18,15 @@ SHOWN = 12
 
 
 def sanitize(
-    tool: Tool, child: Sequence[str], plan: Path, result: Path, env: Mapping[str, str], timeout: float
+    tool: Tool,
+    child: Sequence[str],
+    plan: Path,
+    result: Path,
+    env: Mapping[str, str],
+    timeout: float,
+    prefix: Sequence[str] = (),
 ) -> Verdict:
+    """memcheck, racecheck and synccheck over one replay; `prefix`: the sandbox compute-sanitizer runs in."""
     findings: dict[str, list[str]] = {}
     unavailable: dict[str, str] = {}
     seconds = 0.0
@@ -27,6 +34,7 @@ def sanitize(
         log = plan.with_name(f"{plan.stem}.{name}.log")
         result.unlink(missing_ok=True)
         argv = [
+            *prefix,
             str(tool.path),
             "--tool",
             name,
