@@ -1,4 +1,5 @@
-"""A candidate: one `.cu` source written for one task and target, as the agent handed it over."""
+"""A candidate: one source file (CUDA `.cu`, Triton `.py`) written for one task and target, as the agent handed
+it over."""
 
 from __future__ import annotations
 
@@ -16,13 +17,14 @@ def digest(text: str) -> str:
 class Candidate:
     task: str  # "gemm-n7168-k5120"
     target: str  # "h100"
-    source: str  # the whole .cu file
+    source: str  # the whole file
     origin: str  # where it came from: a path, or "model turn 3"
+    lang: str = "cuda"  # a key of languages.LANGUAGES
 
     @property
     def digest(self) -> str:
         return digest(self.source)
 
     @classmethod
-    def from_file(cls, task: str, target: str, path: Path) -> Candidate:
-        return cls(task, target, path.read_text(errors="replace"), str(path))
+    def from_file(cls, task: str, target: str, path: Path, lang: str = "cuda") -> Candidate:
+        return cls(task, target, path.read_text(errors="replace"), str(path), lang)

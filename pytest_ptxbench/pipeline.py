@@ -14,12 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from .candidate import Candidate
 from .device import Device, device_for, missing_device
+from .languages import LANGUAGES
 from .locks import locked
 from .pinning import exclusive
 from .rundir import RunDirectory, write_atomic
 from .settings import STAGE_SETTINGS
-from .stages.build import build
-from .stages.inspect import inspect
 from .targets import Target
 from .task.catalogue import Family, Shape, Task
 from .verdict import GPU_STAGES, Status, Verdict
@@ -63,36 +62,30 @@ class Pipeline:
         overrides: Mapping[str, Any] | None = None,
     ) -> list[Verdict]:
         """Every stage's verdict for `candidate` on `shapes`; `overrides`: a test's own GPU-stage settings."""
-        static = self.static(candidate, family, target)
+        static = self.static(candidate, family, task, target)
         if not all(v.passed for v in static):
             return static
         return static + self.gpu(candidate, family, task, target, shapes, overrides or {})
 
-    def static(self, candidate: Candidate, family: Family, target: Target) -> list[Verdict]:
-        """build and inspect, once per (family, target, source)."""
-        key = (family.name, target.name, candidate.digest)
+    def static(self, candidate: Candidate, family: Family, task: Task, target: Target) -> list[Verdict]:
+        """build and inspect (by the candidate's language), once per (family, target, source), and per task
+        where the language builds for the task's fixed axes."""
+        scope = task.name if LANGUAGES[candidate.lang].per_task else family.name
+        key = (scope, target.name, candidate.digest)
         if key not in self._static:
-            workdir = self.run.build_dir(f"{family.name}-{target.name}", candidate.digest)
+            workdir = self.run.build_dir(f"{scope}-{target.name}", candidate.digest)
             with locked(workdir / "static.lock"):  # xdist workers share the folder
                 self._static[key] = shared_static(workdir) or self._build_and_inspect(
-                    candidate, family, target, workdir
+                    candidate, family, task, target, workdir
                 )
         return self._static[key]
 
-    def _build_and_inspect(self, candidate: Candidate, family: Family, target: Target, workdir: Path) -> list[Verdict]:
-        built = build(
-            candidate,
-            family.launcher,
-            target,
-            workdir,
-            self.settings["build_timeout"],
-            sandbox=self.settings["sandbox"],
-        )
-        verdicts = [built]
-        if built.passed:
-            required = family.opcodes.get(target.name, ())
-            library = Path(built.data["library"])
-            verdicts.append(inspect(library, target, required, family.launcher.name, timeout=120))
+    def _build_and_inspect(
+        self, candidate: Candidate, family: Family, task: Task, target: Target, workdir: Path
+    ) -> list[Verdict]:
+        language = LANGUAGES[candidate.lang]
+        timeout, sandbox = self.settings["build_timeout"], self.settings["sandbox"]
+        verdicts = language.static(candidate, family, task, target, workdir, timeout, sandbox)
         record = {"run": os.environ.get(XDIST_RUN), "verdicts": [v.to_json() for v in verdicts]}
         write_atomic(workdir / STATIC_RECORD, json.dumps(record))
         return verdicts
@@ -107,6 +100,12 @@ class Pipeline:
         overrides: Mapping[str, Any],
     ) -> list[Verdict]:
         """check, profile, sanitize and time on each shape, on a device of the target's architecture."""
+        if candidate.lang != "cuda":
+            message = (
+                f"{candidate.lang} candidates are built and inspected; capturing and replaying their launches on the GPU"
+                " is not built yet"
+            )
+            return [Verdict(stage, Status.SKIPPED, message) for stage in GPU_STAGES]
         devices = self._devices()
         device = device_for(target, devices)
         if device is None:
@@ -118,7 +117,7 @@ class Pipeline:
             from .gpu import GpuStages  # numpy and the children only where a GPU is
 
             self._gpu = GpuStages(self.settings, self.run.path)
-        static = self.static(candidate, family, target)
+        static = self.static(candidate, family, task, target)
         resolved = tuple({**self.settings, **overrides}[name] for name in STAGE_SETTINGS)
         verdicts = []
         for shape in shapes:

@@ -14,6 +14,7 @@ from .agent.loop import cap_reached
 from .benchmarking import ReplayClock, record
 from .device import detect_devices
 from .distribution import keep_tasks_together, tell_worker
+from .languages import LANGUAGES
 from .pinning import pin_worker
 from .runkeeper import RunKeeper
 from .session import Harness
@@ -32,6 +33,7 @@ MARKERS = {
     "ptxbench(**settings)": "override ptxbench settings for one test (e.g. runs=10)",
     "xdist_group(name)": "keep tests that share one kernel on one xdist worker",
     **{name: f"target {t.label} ({t.arch})" for name, t in TARGETS.items()},
+    **{name: f"candidates written in {name}" for name in LANGUAGES},
 }
 
 
@@ -99,6 +101,7 @@ def _marks(case: Case) -> list[pytest.MarkDecorator]:
         pytest.mark.benchmark(timer=ReplayClock(), group=case.task.name),
         getattr(pytest.mark, case.family.name),
         getattr(pytest.mark, case.target.name),
+        getattr(pytest.mark, case.language.name),
         pytest.mark.gpu,
         pytest.mark.xdist_group(case.group),
     ]
@@ -143,7 +146,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     tools = harness.tools
     mixed = release_warning({n: t.version for n, t in tools.items() if t and n in RELEASE_TOOLS})
     return [
-        f"ptxbench: model={s['model']} target={s['gpu']} shapes={s['shapes']} seed={s['seed']} out={harness.run.path}",
+        f"ptxbench: model={s['model']} target={s['gpu']} lang={s['lang']} shapes={s['shapes']} seed={s['seed']} out={harness.run.path}",
         f"ptxbench devices: {devices}",
         f"ptxbench tools: {describe(tools)}",
         *([f"ptxbench WARNING: {mixed}"] if mixed else []),

@@ -15,6 +15,7 @@ from .agent import Agent, NoKernel
 from .agent.trajectory import budget_kernels
 from .candidate import Candidate
 from .device import Device, detect_devices, device_for, read_clocks
+from .languages import select_languages
 from .pipeline import Pipeline
 from .rundir import RunDirectory, default_path, task_set_hash
 from .runkeeper import session_id
@@ -51,6 +52,7 @@ class Evaluation:
             "family": self.case.family.name,
             "task": self.case.task.name,
             "target": self.case.target.name,
+            "lang": self.case.language.name,
             "shape": dict(self.case.shape.values),
             "hidden": self.case.shape.hidden,
             "trajectory": self.case.trajectory,
@@ -83,8 +85,8 @@ class Harness:
         )
         self._catalogues: dict[Path, list[Family]] = {}
         self._agents: dict[Path, Agent] = {}
-        self._kernels: dict[tuple[str, str, int], Candidate | NoKernel] = {}
-        self._budgets: dict[tuple[str, str, int], dict[int, Candidate]] = {}
+        self._kernels: dict[tuple[str, str, int, str], Candidate | NoKernel] = {}
+        self._budgets: dict[tuple[str, str, int, str], dict[int, Candidate]] = {}
         self.pipeline = Pipeline(self.run, lambda: self.devices, self.settings)
         self._started = False
 
@@ -114,9 +116,8 @@ class Harness:
         except UnknownBaseline as exc:
             raise pytest.Collector.CollectError(f"--ptx-baseline={self.settings['baseline']}: {exc}") from None
         self.agent(directory)
-        return make_cases(
-            families, select_targets(self.settings["gpu"]), self.settings["shapes"], self.settings["trajectories"]
-        )
+        targets, languages = select_targets(self.settings["gpu"]), select_languages(self.settings["lang"])
+        return make_cases(families, targets, languages, self.settings["shapes"], self.settings["trajectories"])
 
     def agent(self, directory: Path) -> Agent:
         if directory not in self._agents:
@@ -163,7 +164,7 @@ class Harness:
     ) -> None:
         """DESIGN §5: the best kernel within each turn budget (1, 4, 8) is scored on the hidden shapes too.
         Rows carry `budget`; they are records for the report, not test outcomes."""
-        key = (case.task.name, case.target.name, case.trajectory)
+        key = (case.task.name, case.target.name, case.trajectory, case.language.name)
         if key not in self._budgets:  # the trajectory is read once; every hidden shape scores the same kernels
             self._budgets[key] = budget_kernels(self.run.path, *key)
         for budget, kernel in sorted(self._budgets[key].items()):
@@ -175,7 +176,7 @@ class Harness:
 
     def _kernel(self, case: Case) -> Candidate | NoKernel:
         """The agent's kernel for the case's task and trajectory, asked for once (every shape test shares it)."""
-        key = (case.task.name, case.target.name, case.trajectory)
+        key = (case.task.name, case.target.name, case.trajectory, case.language.name)
         if key not in self._kernels:
             visible = case.family.shapes("visible")
 
@@ -183,7 +184,9 @@ class Harness:
                 return self.pipeline.evaluate(candidate, case.family, case.task, case.target, visible)
 
             agent = self.agent(case.family.file.parent)
-            self._kernels[key] = agent.kernel(case.family, case.task, case.target, case.trajectory, judge)
+            self._kernels[key] = agent.kernel(
+                case.family, case.task, case.target, case.trajectory, judge, language=case.language
+            )
         return self._kernels[key]
 
     def close(self) -> None:

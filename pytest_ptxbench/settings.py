@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from .languages import LANGUAGES
 from .targets import TARGETS
 
 
@@ -133,6 +134,7 @@ OPTIONS = (
     Option(
         "gpu", _choice(*TARGETS, "all"), "h100", "target: h100 (any compute capability 9.0 device), b200 (10.0) or all"
     ),
+    Option("lang", _choice(*LANGUAGES, "all"), "cuda", "the candidates' language: cuda, triton or all"),
     Option("turns", _positive_int, 8, "model calls per trajectory"),
     Option("runs", _positive_int, 50, "timed runs per shape"),
     Option("warmup", _non_negative_int, 10, "warm-up runs before timing"),

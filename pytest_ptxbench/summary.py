@@ -17,11 +17,14 @@ def summary_row(evaluation_row: dict[str, Any]) -> dict[str, Any]:
     """The builtin-typed part of a result that travels in `user_properties`."""
     stages = {v["stage"]: v["status"] for v in evaluation_row["verdicts"]}
     timing: dict[str, Any] = next((v["data"] for v in evaluation_row["verdicts"] if v["stage"] == "time"), {})
+    lang = evaluation_row.get("lang", "cuda")
+    named = "" if lang == "cuda" else f"-{lang}"  # as the id names it
     return {
         "id": evaluation_row["id"],
         "task": evaluation_row["task"],
         "target": evaluation_row["target"],
-        "shape": evaluation_row["id"].removeprefix(f"{evaluation_row['task']}-{evaluation_row['target']}-"),
+        "lang": lang,
+        "shape": evaluation_row["id"].removeprefix(f"{evaluation_row['task']}-{evaluation_row['target']}{named}-"),
         "stages": stages,
         "outcome": evaluation_row["outcome"],
         "reason": short_reason(evaluation_row),
@@ -38,6 +41,7 @@ def render(rows: list[dict[str, Any]]) -> list[str]:
     header = [
         "task",
         "target",
+        "lang",
         "shape",
         *STAGES,
         "latency",
@@ -54,6 +58,7 @@ def render(rows: list[dict[str, Any]]) -> list[str]:
             [
                 row["task"],
                 row["target"],
+                row.get("lang", "cuda"),
                 row["shape"],
                 *(_SHORT.get(row["stages"].get(stage, "skipped"), "?") for stage in STAGES),
                 _number(row.get("latency_ms"), "{:.3f} ms"),

@@ -45,7 +45,7 @@ def aa_and_graph() -> list[str]:
     task = next(t for t in gemm.tasks if t.name == "gemm-n7168-k5120")
     stages = GpuStages(settings, Path(tempfile.mkdtemp()))
     second = GpuStages(settings, Path(tempfile.mkdtemp()))  # its own trusted child: the same seed, the same sets
-    independent = _Independent()
+    independent = _cublas()
     try:
         prepared = stages.prepare(gemm, task, {"M": 8192}, "m8192")
         second.prepare(gemm, task, {"M": 8192}, "m8192")
@@ -83,8 +83,8 @@ def aa_and_graph() -> list[str]:
 def replay() -> list[str]:
     """The reference GEMM replayed by the trusted runner at the core shape (M 8192): A/A, two runners of the
     same launch lists interleaved exactly as a candidate and its baseline are; and the runner's CUPTI span
-    against the same library called directly in this process, timed by torch events, in blocks between
-    the runner's (the replay must add nothing)."""
+    against the same library called directly in this process and timed by torch (events, and a CUDA graph
+    of flush-call pairs), in blocks between the runner's (the replay must add nothing)."""
 
     from pytest_ptxbench.candidate import Candidate
     from pytest_ptxbench.gpu import Code, Subject
@@ -99,7 +99,7 @@ def replay() -> list[str]:
     source = ROOT / "tasks" / "reference" / "h100" / "gemm.cu"
     candidate = Candidate.from_file(gemm.name, "h100", source)
     pipeline = Pipeline(RunDirectory(Path(tempfile.mkdtemp())), lambda: [], settings)
-    static = pipeline.static(candidate, gemm, TARGETS["h100"])
+    static = pipeline.static(candidate, gemm, task, TARGETS["h100"])
     stages = GpuStages(settings, Path(tempfile.mkdtemp()))
     subject = Subject(candidate, gemm, task, TARGETS["h100"], Code.of(static))
     try:
@@ -107,7 +107,7 @@ def replay() -> list[str]:
         a = stages.replayer(subject, prepared, stages.private / "a")
         b = stages.replayer(subject, prepared, stages.private / "b")
         aa = interleave(a, lambda count, first: b.time(0, count, first, []).runs, 50, 10, lambda i, f: None)
-        direct = _Direct(static[0].data["library"], gemm.launcher.name)
+        direct = _direct(static[0].data["library"], gemm.launcher.name)
         runner_ms: list[float] = []
         runner_events: list[float] = []
         a.time(0, WARMUP, 0, [])
@@ -118,6 +118,7 @@ def replay() -> list[str]:
             runner_ms += [r["span_ms"] for r in timed]
             runner_events += [r["event_ms"] for r in timed]
             direct.events(PER_BLOCK)
+            direct.graph()
         a.close()
         b.close()
     finally:
@@ -125,7 +126,7 @@ def replay() -> list[str]:
         pipeline.close()
     ma, mb = (statistics.median(r["span_ms"] for r in runs) for runs in (aa.candidate, aa.baseline))
     span, events = statistics.median(runner_ms), statistics.median(direct.event_ms)
-    own_events = statistics.median(runner_events)
+    own_events, graph = statistics.median(runner_events), statistics.median(direct.graph_ms)
     return [
         f"A/A through replay (the reference GEMM M8192, two runners, 50 runs interleaved in blocks): "
         f"A {ma:.4f} ms, B {mb:.4f} ms, ratio {ma / mb:.4f}",
@@ -133,62 +134,19 @@ def replay() -> list[str]:
         f"{len(direct.event_ms)}) {events:.4f} ms: {100 * (span - events) / events:+.2f}%",
         f"  runner events (graph launch, device sync inside) {own_events:.4f} ms vs the direct call's events "
         f"{events:.4f} ms: {100 * (own_events - events) / events:+.2f}%",
+        f"  runner CUPTI span {span:.4f} ms vs a torch graph of 10 (flush, direct call) pairs less 10 flushes "
+        f"{graph:.4f} ms/call (median of {len(direct.graph_ms)} replays): {100 * (span - graph) / graph:+.2f}%",
     ]
 
 
-class _Direct:
-    """The reference GEMM's library called in this process (trusted code), timed by torch events."""
+class _Timed:
+    """A call timed in this process by torch alone, between the harness's blocks: CUDA events around each
+    call (L2 flushed before it), and a CUDA graph of 10 (flush, call) pairs less a graph of the 10 flushes."""
 
-    def __init__(self, library: str, launcher: str) -> None:
-        import ctypes
-
+    def __init__(self, call: Any, keep: tuple[Any, ...] = ()) -> None:
         import torch
 
-        self.torch = torch
-        ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)  # cuTensorMapEncodeTiled
-        self.launch = getattr(ctypes.CDLL(library), launcher)
-        self.launch.restype = ctypes.c_int
-        m, n, k = 8192, 7168, 5120
-        self.a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        self.b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-        self.c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        self.workspace = torch.empty(4 * m * n, device="cuda", dtype=torch.uint8)
-        vp = ctypes.c_void_p
-        self.args = (
-            vp(self.a.data_ptr()), vp(self.b.data_ptr()), vp(self.c.data_ptr()),
-            ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
-            vp(self.workspace.data_ptr()), ctypes.c_size_t(self.workspace.numel()),
-            vp(torch.cuda.current_stream().cuda_stream),
-        )  # fmt: skip
-        l2 = torch.cuda.get_device_properties(0).L2_cache_size
-        self.flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
-        self.event_ms: list[float] = []
-
-    def events(self, runs: int) -> None:
-        torch = self.torch
-        for _ in range(runs):
-            self.flush.zero_()
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            if self.launch(*self.args) != 0:
-                raise RuntimeError("the reference GEMM's launcher failed")
-            end.record()
-            end.synchronize()
-            self.event_ms.append(start.elapsed_time(end))
-
-
-class _Independent:
-    """cuBLAS timed by torch alone in this process, in blocks between the harness's blocks."""
-
-    def __init__(self) -> None:
-        import torch
-
-        self.torch = torch
-        torch.backends.cuda.matmul.allow_tf32 = False
-        self.a = torch.randn(8192, 5120, device="cuda", dtype=torch.bfloat16)
-        self.b = torch.randn(7168, 5120, device="cuda", dtype=torch.bfloat16)
-        self.c = torch.empty(8192, 7168, device="cuda", dtype=torch.bfloat16)
+        self.torch, self.call, self.keep = torch, call, keep  # keep: tensors the call reads by address
         l2 = torch.cuda.get_device_properties(0).L2_cache_size
         self.flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
         self.event_ms: list[float] = []
@@ -198,10 +156,11 @@ class _Independent:
         with torch.cuda.graph(self.pairs):
             for _ in range(10):
                 self.flush.zero_()
-                torch.matmul(self.a, self.b.T, out=self.c)
+                call()
         with torch.cuda.graph(self.flushes):
             for _ in range(10):
                 self.flush.zero_()
+        self.event_ms.clear()
 
     def events(self, runs: int) -> None:
         torch = self.torch
@@ -210,7 +169,7 @@ class _Independent:
             torch.cuda.synchronize()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            torch.matmul(self.a, self.b.T, out=self.c)
+            self.call()
             end.record()
             end.synchronize()
             self.event_ms.append(start.elapsed_time(end))
@@ -227,6 +186,43 @@ class _Independent:
         end.record()
         end.synchronize()
         return float(start.elapsed_time(end))
+
+
+def _cublas() -> _Timed:
+    """cuBLAS at the core GEMM shape, through torch."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a = torch.randn(8192, 5120, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(7168, 5120, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(8192, 7168, device="cuda", dtype=torch.bfloat16)
+    return _Timed(lambda: torch.matmul(a, b.T, out=c))
+
+
+def _direct(library: str, launcher: str) -> _Timed:
+    """The reference GEMM's library (trusted code) called in this process at the core shape, on torch's
+    current stream (so that a torch graph captures it)."""
+    import ctypes
+
+    import torch
+
+    ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)  # cuTensorMapEncodeTiled
+    launch = getattr(ctypes.CDLL(library), launcher)
+    launch.restype = ctypes.c_int
+    m, n, k = 8192, 7168, 5120
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    workspace = torch.empty(4 * m * n, device="cuda", dtype=torch.uint8)
+    vp = ctypes.c_void_p
+    operands = (vp(a.data_ptr()), vp(b.data_ptr()), vp(c.data_ptr()), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k))
+    scratch = (vp(workspace.data_ptr()), ctypes.c_size_t(workspace.numel()))
+
+    def call() -> None:
+        if launch(*operands, *scratch, vp(torch.cuda.current_stream().cuda_stream)) != 0:
+            raise RuntimeError("the reference GEMM's launcher failed")
+
+    return _Timed(call, keep=(a, b, c, workspace))
 
 
 def attention_baselines() -> list[str]:

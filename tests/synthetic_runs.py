@@ -9,6 +9,7 @@ from pathlib import Path
 from pytest_ptxbench.agent.models import Reply
 from pytest_ptxbench.agent.trajectory import Trajectory, file_name
 from pytest_ptxbench.candidate import Candidate
+from pytest_ptxbench.languages import LANGUAGES
 from pytest_ptxbench.rundir import RunDirectory
 from pytest_ptxbench.session import Evaluation
 from pytest_ptxbench.targets import TARGETS
@@ -83,10 +84,11 @@ def write_run(
     turns: int = 4,
     task_set: str = TASK_SET,
     cost: float | None = 0.01,
+    lang: str = "cuda",
 ) -> Path:
     """A run of `model` on the family's first task: one trajectory per list of turns (no trajectory files
     when `turns` is 0: a `reference`-like agent); the last turn with the best standing is handed over and
-    evaluated on every shape."""
+    evaluated on every shape. Its kernels are in `lang`; writing to `path` again adds another language's."""
     task = family.tasks[0]
     run = RunDirectory(path)
     settings = {"model": model, "trajectories": len(trajectories), "turns": turns}
@@ -95,13 +97,19 @@ def write_run(
         handed = script[-1]
         if turns:
             record = Trajectory.start(
-                path / "trajectories" / file_name(task.name, "h100", number),
+                path / "trajectories" / file_name(task.name, "h100", number, lang),
                 path,
                 "system prompt",
                 f"task card of {task.name}",
                 {
                     "config": {"model": {"spec": model}, "agent": {"turns": turns}},
-                    "ptxbench": {"family": family.name, "task": task.name, "target": "h100", "trajectory": number},
+                    "ptxbench": {
+                        "family": family.name,
+                        "task": task.name,
+                        "target": "h100",
+                        "lang": lang,
+                        "trajectory": number,
+                    },
                 },
             )
             for step in script:
@@ -109,7 +117,7 @@ def write_run(
                 if step.kernel is None:
                     record.judge(turn, [], "No kernel was evaluated.", 0.0)
                     continue
-                record.save_kernel(turn, Candidate(task.name, "h100", kernel(step.kernel), "synthetic"))
+                record.save_kernel(turn, Candidate(task.name, "h100", kernel(step.kernel), "synthetic", lang))
                 verdicts = step.verdicts(family.shapes("visible"))
                 record.judge(turn, verdicts, f"feedback on kernel {step.kernel}", 1.0)
             record.finish("turns used")
@@ -119,11 +127,11 @@ def write_run(
                 Turn(None),
             )
         for shape in family.shapes("all"):
-            case = Case(family, task, H100, shape, number, len(trajectories))
+            case = Case(family, task, H100, LANGUAGES[lang], shape, number, len(trajectories))
             if handed.kernel is None:
                 evaluation = Evaluation(case, None, [], Decision(Outcome.FAILED, "no kernel"), None)
             else:
-                candidate = Candidate(task.name, "h100", kernel(handed.kernel), "synthetic")
+                candidate = Candidate(task.name, "h100", kernel(handed.kernel), "synthetic", lang)
                 verdicts = Turn(handed.kernel, handed.speedup, handed.failing, handed.gpu).verdicts([shape])
                 evaluation = Evaluation(case, candidate, verdicts, decide(verdicts), None)
             run.append_result(evaluation.row(model))

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from pytest_ptxbench.agent.prompts import task_card
+from pytest_ptxbench.languages import CUDA
 from pytest_ptxbench.stages import check
 from pytest_ptxbench.targets import TARGETS
 from pytest_ptxbench.task.catalogue import TaskFileError, load_catalogue, load_family, replace_hidden
@@ -369,6 +370,6 @@ def test_formula_rejects_code() -> None:
 
 def test_the_task_card_states_what_the_check_forgives() -> None:
     backward, gemm = load_family(TASKS / "attention_bwd.yaml"), load_family(TASKS / "gemm.yaml")
-    card = task_card(backward, backward.tasks[0], TARGETS["h100"])
+    card = task_card(backward, backward.tasks[0], TARGETS["h100"], CUDA)
     assert "at least 99.99% of the elements of each output must be right; a NaN or infinity is always wrong" in card
-    assert "must be right" not in task_card(gemm, gemm.tasks[0], TARGETS["h100"])  # every element, unsaid
+    assert "must be right" not in task_card(gemm, gemm.tasks[0], TARGETS["h100"], CUDA)  # every element, unsaid

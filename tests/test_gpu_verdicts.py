@@ -11,9 +11,10 @@ import pytest
 
 from pytest_ptxbench.agent import feedback
 from pytest_ptxbench.child import wire
+from pytest_ptxbench.languages import CUDA
 from pytest_ptxbench.parsers import ncu, sass
 from pytest_ptxbench.stages import check, profile, timing
-from pytest_ptxbench.task.catalogue import Tolerance
+from pytest_ptxbench.task.catalogue import Family, Tolerance
 from pytest_ptxbench.verdict import Status
 from pytest_ptxbench.workers import Child, ChildFailed, child_environment
 
@@ -220,7 +221,7 @@ def test_timing_verdict_and_the_speed_of_light_floor() -> None:
     assert impossible.data["floor_ms"] == pytest.approx(flops / 989e12 * 1e3) and impossible.data["median_ms"] == 0.3
 
 
-def test_the_time_verdict_carries_the_share_of_the_speed_of_light() -> None:
+def test_the_time_verdict_carries_the_share_of_the_speed_of_light(gemm: Family) -> None:
     """The roofline's time (FLOPs at the tensor peak, or bytes at the bandwidth, whichever is longer) over the
     measured median, in the verdict's data only, and in the model's feedback."""
     flops, nbytes = 2 * 8192 * 7168 * 5120, 2 * (8192 * 5120 + 7168 * 5120 + 8192 * 7168)
@@ -234,7 +235,7 @@ def test_the_time_verdict_carries_the_share_of_the_speed_of_light() -> None:
         timing.Series([0.02] * 10, [0.03] * 10), baseline, "cuBLAS", "h100", 1e6, 48e6, [], {}, 1.0
     )
     assert memory_bound.data["speed_of_light"] == pytest.approx(48e6 / 4.8e12 * 1e3 / 0.02)  # 50%
-    assert "  speed of light: 74.1% of the roofline" in feedback.render([fair], "void f();").splitlines()
+    assert "  speed of light: 74.1% of the roofline" in feedback.render([fair], CUDA, gemm).splitlines()
 
 
 def test_children_never_see_secrets(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

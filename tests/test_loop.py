@@ -19,6 +19,7 @@ from pytest_ptxbench.agent.models.specs import parse_spec
 from pytest_ptxbench.agent.replay import ReplayAgent
 from pytest_ptxbench.candidate import Candidate
 from pytest_ptxbench.device import missing_device, parse_devices
+from pytest_ptxbench.languages import CUDA, LANGUAGES, Language
 from pytest_ptxbench.parsers import ncu
 from pytest_ptxbench.pipeline import Pipeline
 from pytest_ptxbench.rundir import RunDirectory
@@ -62,11 +63,16 @@ class Rig:
     def judge(self, candidate: Candidate) -> list[Verdict]:
         return self.pipeline.evaluate(candidate, self.family, self.task, H100, self.family.shapes("visible"))
 
-    def kernel(self, trajectory: int = 1, judge: Callable[[Candidate], list[Verdict]] | None = None) -> Any:
-        return self.agent.kernel(self.family, self.task, H100, trajectory, judge or self.judge)
+    def kernel(
+        self,
+        trajectory: int = 1,
+        judge: Callable[[Candidate], list[Verdict]] | None = None,
+        language: Language = CUDA,
+    ) -> Any:
+        return self.agent.kernel(self.family, self.task, H100, trajectory, judge or self.judge, language)
 
-    def trajectory(self, trajectory: int = 1) -> dict[str, Any]:
-        path = self.run / "trajectories" / f"{self.task.name}-h100-t{trajectory}.json"
+    def trajectory(self, trajectory: int = 1, lang: str = "") -> dict[str, Any]:
+        path = self.run / "trajectories" / f"{self.task.name}-h100{lang}-t{trajectory}.json"
         record: dict[str, Any] = json.loads(path.read_text())
         return record
 
@@ -87,6 +93,33 @@ def rig(tmp_path: Path, gemm: Family, toolchain: None) -> Iterator[Callable[...,
 
 def statuses(turn: dict[str, Any]) -> list[tuple[str, str]]:
     return [(v["stage"], v["status"]) for v in turn["verdicts"]]
+
+
+def test_a_triton_trajectory_through_build_and_inspect(rig: Callable[..., Rig]) -> None:
+    """The same loop for Triton: the prompt states the Triton contract, the ```python block is taken, the kernel
+    is saved as .py and judged by Triton's build and the cubin inspect (no descriptors: no UTMALDG)."""
+    pytest.importorskip("triton", reason="Triton is not installed (pip install -e '.[toolchain]')")
+    without = (KERNELS / "planted" / "triton_gemm_without_descriptors.py").read_text()
+    reference = (TASKS / "reference" / "h100" / "gemm.py").read_text()
+    script = [Step(fenced(REFERENCE_GEMM)), Step(fenced(without, "python")), Step(fenced(reference, "python"))]
+    r = rig(script, turns=3)
+    result = r.kernel(language=LANGUAGES["triton"])
+    assert isinstance(result, Candidate) and result.lang == "triton"
+    assert result.source.strip() == reference.strip()
+    record = r.trajectory(lang="-triton")
+    assert record["info"]["ptxbench"]["lang"] == "triton"
+    one, two, three = record["turns"]
+    assert one["verdicts"] == [] and one["problem"] == "the code is in ```cuda, not in a ```python block"
+    assert statuses(two) == [("build", "passed"), ("inspect", "failed")]
+    assert "missing UTMALDG" in two["verdicts"][1]["message"]
+    assert statuses(three)[:2] == [("build", "passed"), ("inspect", "passed")]
+    assert all(turn["kernel"].endswith(".py") for turn in (two, three))
+    system, card = (m["content"] for m in record["messages"][:2])
+    assert "Triton kernels for" in system and "`run(...)`" in system and "extern" not in system
+    assert "def run(A, B, C, M, N, K, workspace) -> None" in card and "```python" in card
+    assert "## Host rules" not in card  # the allow-list is for CUDA host code
+    told = list(conversation(r.server.requests[1]))[-1]
+    assert "not in a ```python block" in told and "Reply with the whole .py file in one ```python block" in told
 
 
 def test_three_turns_through_build_and_inspect(rig: Callable[..., Rig]) -> None:
@@ -458,7 +491,9 @@ def _realistic_verdicts(build_and_inspect: BuildAndInspect, run: Path, scratch: 
     ]
 
 
-def test_feedback_carries_no_host_path_and_no_sandbox(build_and_inspect: BuildAndInspect, tmp_path: Path) -> None:
+def test_feedback_carries_no_host_path_and_no_sandbox(
+    build_and_inspect: BuildAndInspect, gemm: Family, tmp_path: Path
+) -> None:
     """Feedback shows the fields each stage allows: the verdicts hold the run directory, the scratch folder in
     /dev/shm, the checkout, HOME and the sandbox's description (with the hidden references folder), the
     model sees none of them."""
@@ -472,12 +507,12 @@ def test_feedback_carries_no_host_path_and_no_sandbox(build_and_inspect: BuildAn
     recorded = json.dumps([[v.to_json() for v in verdicts] for verdicts in cases])
     assert all(text in recorded for text in private)  # the verdicts do hold them (the test can fail)
     for verdicts in cases:
-        text = feedback.render(verdicts, "void f();")
+        text = feedback.render(verdicts, CUDA, gemm)
         leaked = [p for p in private if p in text]
         assert not leaked, f"{leaked} in feedback on {[(v.stage, v.status.value) for v in verdicts]}:\n{text}"
         assert "rechecked" not in text and "hidden" not in text
-    shown = feedback.render(cases[6], "void f();")
+    shown = feedback.render(cases[6], CUDA, gemm)
     assert "  comparisons: [{output: C, label: set 0, poison 0xFF," in shown  # what the model needs stays
     assert "  executed: {HGMMA.*.F32.BF16: 4587520}" in shown and "  speedup: 0.9146" in shown
-    assert "Host Frame: [0x2f1b3e] in libcuda.so.1" in feedback.render(cases[6], "void f();")
-    assert 'File "trusted.py", line' in feedback.render(cases[4], "void f();")
+    assert "Host Frame: [0x2f1b3e] in libcuda.so.1" in feedback.render(cases[6], CUDA, gemm)
+    assert 'File "trusted.py", line' in feedback.render(cases[4], CUDA, gemm)

@@ -36,6 +36,17 @@ def test_a_kernel_listed_twice_is_counted_once() -> None:
     assert {n: k.opcodes for n, k in once.items()} == {n: k.opcodes for n, k in twice.items()}
 
 
+def test_a_cubins_listing_names_its_architecture_without_a_fatbin_header() -> None:
+    """`cuobjdump -sass file.cubin` (a Triton build's) has no `arch = ` line, only `code for`."""
+    listing = (
+        "\n\tcode for sm_90a\n\t\tFunction : gemm_kernel\n"
+        '\t.headerflags\t@"EF_CUDA_SM90 EF_CUDA_VIRTUAL_SM(EF_CUDA_SM90)"\n'
+        "        /*0000*/                   UTMALDG.2D [UR8], [UR4] ;  /* 0x00000008040075b4 */\n"
+    )
+    [kernel] = sass.parse_sass(listing).values()
+    assert (kernel.name, kernel.arch, dict(kernel.opcodes)) == ("gemm_kernel", "sm_90a", {"UTMALDG.2D": 1})
+
+
 def test_modifier_matching() -> None:
     assert sass.matches("HGMMA.*.F32.BF16", "HGMMA.64x256x16.F32.BF16")
     assert not sass.matches("HGMMA.*.F32.BF16", "HGMMA.64x256x16.F32")

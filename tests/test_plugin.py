@@ -65,6 +65,37 @@ def test_targets_and_trajectories_in_ids(project: pytest.Pytester) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("--ptx-lang=triton",), ["gemm-n128-k2048-h100-triton-m8192", "gemm-n128-k2048-h100-triton-m972"]),
+        (
+            ("--ptx-lang=all", "-k", "triton"),
+            ["gemm-n128-k2048-h100-triton-m8192", "gemm-n128-k2048-h100-triton-m972"],
+        ),
+        (("--ptx-lang=all", "-m", "cuda"), ["gemm-n128-k2048-h100-m8192", "gemm-n128-k2048-h100-m972"]),
+        (("--ptx-lang=all", "-m", "triton or cuda"), None),
+    ],
+    ids=["triton", "all-k-triton", "all-m-cuda", "all"],
+)
+def test_the_language_is_an_axis(project: pytest.Pytester, args: tuple[str, ...], expected: list[str] | None) -> None:
+    """CUDA ids stay as they were; Triton's name the language after the target, so -k and -m select it."""
+    ids = _ids(project.runpytest_subprocess("tasks", "--collect-only", "-q", "--ptx-shapes=visible", *args))
+    ids = [i for i in ids if i.startswith("gemm-n128-k2048-")]
+    if expected is None:  # both languages, each once
+        assert sorted(ids) == sorted(
+            f"gemm-n128-k2048-h100{lang}-{m}" for lang in ("", "-triton") for m in ("m8192", "m972")
+        )
+    else:
+        assert sorted(ids) == expected
+
+
+def test_an_unknown_language_is_refused_by_name(project: pytest.Pytester) -> None:
+    result = project.runpytest_subprocess("tasks", "--collect-only", "-q", "--ptx-lang=rust")
+    assert result.ret != 0
+    assert "rust" in result.stderr.str() and "triton" in result.stderr.str()
+
+
 def test_slow_marker_follows_flops(project: pytest.Pytester) -> None:
     ids = _ids(project.runpytest_subprocess("tasks", "--collect-only", "-q", "-m", "slow"))
     # at least 4 TFLOP: attention backward d128 at B4 S4096 (4.1) and B1 S8192 (4.1); the largest GEMM is 3.2
@@ -87,6 +118,27 @@ def test_unknown_model_stops_collection(project: pytest.Pytester) -> None:
     )
 
 
+def test_the_triton_reference_is_built_and_inspected_per_task(project: pytest.Pytester) -> None:
+    """`--ptx-lang=triton`: the reference `.py` compiled by Triton for sm_90a on a CPU machine, inspected by the
+    CUDA rules, once per task (Triton specialises on the task's N and K); the GPU stages say why they skip."""
+    pytest.importorskip("triton", reason="Triton is not installed (pip install -e '.[toolchain]')")
+    out = project.path / "run"
+    result = project.runpytest_subprocess(
+        "tasks", "--ptx-lang=triton", "-k", "gemm-n7168-k5120 or gemm-n128-k2048", "--ptx-shapes=visible",
+        f"--ptx-out={out}", "-rs",
+    )  # fmt: skip
+    result.assert_outcomes(skipped=4)
+    result.stdout.fnmatch_lines(["*passed: build, inspect (HGMMA.*.F32.BF16, UTMALDG.2D* in gemm_kernel*"])
+    rows = results(out)
+    assert sorted(r["id"] for r in rows) == sorted(
+        f"gemm-{t}-h100-triton-{m}" for t in ("n7168-k5120", "n128-k2048") for m in ("m8192", "m972")
+    )
+    assert {r["lang"] for r in rows} == {"triton"}
+    assert all("capturing and replaying their launches on the GPU is not built yet" in r["reason"] for r in rows)
+    builds = sorted(p.name.rsplit("-", 1)[0] for p in (out / "builds").iterdir())  # less the source's digest
+    assert builds == ["gemm-n128-k2048-h100", "gemm-n7168-k5120-h100"]  # one build per task
+
+
 def test_reference_gemm_without_gpu_is_skipped_with_what_passed(project: pytest.Pytester) -> None:
     out = project.path / "run"
     result = project.runpytest_subprocess(
@@ -95,7 +147,7 @@ def test_reference_gemm_without_gpu_is_skipped_with_what_passed(project: pytest.
     result.assert_outcomes(skipped=4)
     result.stdout.fnmatch_lines(
         [
-            "ptxbench: model=reference target=h100 shapes=visible seed=0 out=*",
+            "ptxbench: model=reference target=h100 lang=cuda shapes=visible seed=0 out=*",
             "ptxbench devices: none",
             "ptxbench tools: nvcc *, cuobjdump *",
             "*= ptxbench =*",
@@ -138,7 +190,7 @@ def test_the_summary_table_sorts_shapes_by_number_gives_reasons_and_the_run_dire
     start = next(i for i, line in enumerate(result.outlines) if "= ptxbench =" in line)
     end = next(i for i, line in enumerate(result.outlines) if i > start and line.startswith("="))
     table = result.outlines[start:end]  # the ptxbench section
-    shapes = [line.split()[2] for line in table[2:] if line.startswith(("gemm", "attention_bwd"))]
+    shapes = [line.split()[3] for line in table[2:] if line.startswith(("gemm", "attention_bwd"))]
     assert shapes == [
         *("b1-h48-s8192", "b2-h48-s3001", "b4-h48-s1000", "b4-h48-s2048", "b4-h48-s4096"),
         *("m70", "m93", "m232", "m289", "m492", "m901", "m952", "m969", "m972", "m2379", "m8192", "m8828"),

@@ -1,11 +1,13 @@
 """`ptxbench report` and `ptxbench compare` on synthetic runs with known GPU numbers (written through the
-plugin's own writers): exact shares, intervals, pass@k, fast_p, budgets, failure mix, tokens and cost; the
-HTML page rendered in headless Chromium; runs of different task sets refused."""
+plugin's own writers): exact shares, intervals, pass@k, fast_p, budgets, failure mix, tokens and cost; CUDA
+and Triton side by side, and runs written before the languages read as CUDA; the HTML page rendered in
+headless Chromium; runs of different task sets refused."""
 
 from __future__ import annotations
 
 import base64
 import html.parser
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -111,6 +113,9 @@ def test_scores_of_each_trajectory(run: Path) -> None:
 
 def test_report_tables_hold_the_known_numbers(run: Path) -> None:
     tables = {t.title: t for t in build_tables(score_runs([load_run(run)]))}
+    # a CUDA-only report names no language: no lang column, no side-by-side table
+    assert list(tables) == ["Results", "By turn budget", "Per shape", "pass@k and fast_p", *TAIL]
+    assert not any("lang" in t.header for t in tables.values())
     # speed of light (LIGHT = 0.1403): the best 2.0 x LIGHT; the geometric mean (1.2 x 0.6 x 2.0)^(1/3) x LIGHT
     assert rows(tables["Results"]) == [
         [
@@ -155,6 +160,119 @@ def test_report_tables_hold_the_known_numbers(run: Path) -> None:
         "no kernel", "build", "inspect", "check", "profile", "sanitize", "time", "none failed", "passed",
     ]  # fmt: skip
     assert rows(tables["Tokens and cost"]) == [[MODEL, "4", "8", "800", "400", "0.0800", "0.0200"]]
+
+
+TAIL = ["Failure stage per turn", "Tokens and cost"]
+
+
+# Triton kernels of the same model, trajectories numbered as the CUDA ones: verified at 0.5x and 0.4x, and
+# one whose check failed on every shape.
+TRITON = [[Turn(11, 0.5)], [Turn(12, 0.4)], [Turn(13, failing="check")]]
+
+
+def test_cuda_and_triton_side_by_side(run: Path, tmp_path: Path, gemm: Family) -> None:
+    """One run directory of both languages (as --ptx-lang=all writes it), beside a CUDA-only reference run:
+    every table groups by language too, and the side-by-side table holds each language's figures."""
+    write_run(run, gemm, MODEL, TRITON, lang="triton")
+    assert sorted(p.name for p in (run / "trajectories").iterdir()) == [
+        *(f"gemm-n128-k2048-h100-t{n}.json" for n in (1, 2, 3, 4)),
+        *(f"gemm-n128-k2048-h100-triton-t{n}.json" for n in (1, 2, 3)),
+    ]
+    reference = write_run(tmp_path / "reference", gemm, "reference", [[Turn(8, 0.9)]], turns=0)
+    scores = score_runs(load_runs([run, reference], False))
+    triton = [s for s in scores if s.lang == "triton"]
+    assert [(s.trajectory, s.turns) for s in triton] == [(1, ("passed",)), (2, ("passed",)), (3, ("check",))]
+    assert [s.final for s in triton] == [timed(0.5), timed(0.4), Score(False, False)]
+    assert next(s.final for s in scores if s.lang == "cuda" and s.model == MODEL) == timed(1.2)  # not merged
+    tables = {t.title: t for t in build_tables(scores)}
+    assert list(tables) == [
+        "Results",
+        "Languages side by side",
+        "By turn budget",
+        "Per shape",
+        "pass@k and fast_p",
+        *TAIL,
+    ]
+    task = ["h100", "gemm-n128-k2048"]
+    side = tables["Languages side by side"]
+    assert side.header == [
+        "model", "target", "task",
+        "cuda: trajectories", "cuda: correct and verified", "cuda: speedup (geomean [95% CI])",
+        "triton: trajectories", "triton: correct and verified", "triton: speedup (geomean [95% CI])",
+    ]  # fmt: skip
+    assert rows(side) == [
+        [MODEL, *task, "4", "2/4 = 50% [15%, 85%]", "1.13x [0.60, 2.00]", "3", "2/3 = 67% [21%, 94%]", "0.45x [0.40, 0.50]"],
+        ["reference", *task, "1", "1/1 = 100% [21%, 100%]", "0.90x [0.90, 0.90]", "0", "–", "–"],
+    ]  # fmt: skip
+    assert [t.header[:4] for t in tables.values() if t is not side] == [["model", "target", "task", "lang"]] * 4 + [
+        ["model", "lang", "turn", "kernels asked"],
+        ["model", "lang", "trajectories", "model calls"],
+    ]
+    assert [r[:5] for r in rows(tables["Results"])] == [
+        [MODEL, *task, "cuda", "4"],
+        [MODEL, *task, "triton", "3"],
+        ["reference", *task, "cuda", "1"],
+    ]
+    assert rows(tables["Results"])[1][5:7] == ["2/3 = 67% [21%, 94%]", "2/3 = 67% [21%, 94%]"]
+    assert {tuple(r[:4]) for r in rows(tables["Per shape"])} == {
+        (MODEL, *task, "cuda"),
+        (MODEL, *task, "triton"),
+        ("reference", *task, "cuda"),
+    }
+    assert rows(tables["pass@k and fast_p"])[1][:7] == [MODEL, *task, "triton", "3", "2", "0"]
+    assert rows(tables["Failure stage per turn"]) == [
+        [MODEL, "cuda", "1", "4", "1", "1", "1", "0", "0", "0", "0", "0", "1"],
+        [MODEL, "cuda", "2", "4", "1", "0", "0", "1", "1", "0", "0", "0", "1"],
+        [MODEL, "triton", "1", "3", "0", "0", "0", "1", "0", "0", "0", "0", "2"],
+    ]
+    assert rows(tables["Tokens and cost"]) == [
+        [MODEL, "cuda", "4", "8", "800", "400", "0.0800", "0.0200"],
+        [MODEL, "triton", "3", "3", "300", "150", "0.0300", "0.0100"],
+    ]
+
+
+def test_a_triton_only_report_names_its_language(tmp_path: Path, gemm: Family) -> None:
+    only = write_run(tmp_path / "triton", gemm, MODEL, TRITON, lang="triton")
+    tables = {t.title: t for t in build_tables(score_runs([load_run(only)]))}
+    assert "Languages side by side" not in tables
+    assert rows(tables["Results"])[0][:5] == [MODEL, "h100", "gemm-n128-k2048", "triton", "3"]
+
+
+def test_the_report_command_puts_the_languages_side_by_side(run: Path, tmp_path: Path, gemm: Family) -> None:
+    pytest.importorskip("matplotlib", reason="the plots need matplotlib (pip install 'pytest-ptxbench[report]')")
+    write_run(run, gemm, MODEL, TRITON, lang="triton")
+    out = tmp_path / "report"
+    assert main(["report", str(run), "--out", str(out)]) == 0
+    markdown = (out / "report.md").read_text()
+    assert "## Languages side by side" in markdown
+    assert (
+        "| 4 | 2/4 = 50% [15%, 85%] | 1.13x [0.60, 2.00] | 3 | 2/3 = 67% [21%, 94%] | 0.45x [0.40, 0.50] |" in markdown
+    )
+    page = (out / "report.html").read_text()
+    assert "<th>triton: speedup (geomean [95% CI])</th>" in page
+    images = Images()
+    images.feed(page)
+    assert len(images.sources) == 4
+
+
+def test_a_run_written_before_the_languages_reads_as_cuda(run: Path) -> None:
+    """Rows without `lang` and trajectories without `info.ptxbench.lang`: the report is the same as of the
+    run that names CUDA everywhere; a language the reader does not know is an error naming the line."""
+    before = build_tables(score_runs([load_run(run)]))
+    results = run / "results.jsonl"
+    written = [json.loads(line) for line in results.read_text().splitlines()]
+    assert {row["lang"] for row in written} == {"cuda"}
+    results.write_text("".join(json.dumps({k: v for k, v in row.items() if k != "lang"}) + "\n" for row in written))
+    for file in (run / "trajectories").iterdir():
+        raw = json.loads(file.read_text())
+        del raw["info"]["ptxbench"]["lang"]
+        file.write_text(json.dumps(raw))
+    old = load_run(run)
+    assert {row["lang"] for row in old.results} == {"cuda"} and {t.lang for t in old.trajectories} == {"cuda"}
+    assert build_tables(score_runs([old])) == before
+    results.write_text(json.dumps({**written[0], "lang": "fortran"}) + "\n")
+    with pytest.raises(RunError, match=r"results.jsonl:1: field 'lang' is \"fortran\"; expected one of cuda, triton"):
+        load_run(run)
 
 
 def test_runs_are_merged_and_a_reference_run_has_no_turns(run: Path, tmp_path: Path, gemm: Family) -> None:

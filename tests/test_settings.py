@@ -23,6 +23,7 @@ def test_defaults(configured) -> None:  # type: ignore[no-untyped-def]
     assert resolved == {
         "model": "reference",
         "gpu": "h100",
+        "lang": "cuda",
         "turns": 8,
         "runs": 50,
         "warmup": 10,

@@ -120,12 +120,14 @@ def test_summary_table_shows_the_time_stage_figures() -> None:
     columns = {m.group(): m.start() for m in re.finditer(r"\S+", header)}  # name → where its cells start
     ends = [*list(columns.values())[1:], None]
     cells = {name: line[start:end].strip() for (name, start), end in zip(columns.items(), ends, strict=True)}
-    assert list(columns)[: len(STAGES) + 9] == [
-        "task", "target", "shape", *STAGES, "latency", "baseline", "speedup", "SOL", "TFLOP/s", "outcome",
+    assert list(columns)[: len(STAGES) + 10] == [
+        "task", "target", "lang", "shape", *STAGES, "latency", "baseline", "speedup", "SOL", "TFLOP/s", "outcome",
     ]  # fmt: skip
-    assert {name: cells[name] for name in ("task", "shape", *STAGES)} == {
-        "task": "gemm-n7168-k5120", "shape": "m8192", **dict.fromkeys(STAGES, "ok"),
+    assert {name: cells[name] for name in ("task", "lang", "shape", *STAGES)} == {
+        "task": "gemm-n7168-k5120", "lang": "cuda", "shape": "m8192", **dict.fromkeys(STAGES, "ok"),
     }  # fmt: skip
+    triton = summary_row({**row, "id": "gemm-n7168-k5120-h100-triton-m8192", "lang": "triton"})
+    assert (triton["lang"], triton["shape"]) == ("triton", "m8192")
     assert [cells[name] for name in ("latency", "baseline", "speedup", "SOL", "TFLOP/s", "outcome")] == [
         "0.811 ms", "0.742 ms", "0.91x", "75.0%", "741", "passed",
     ]  # fmt: skip

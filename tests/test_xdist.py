@@ -149,7 +149,7 @@ from pytest_ptxbench.task.catalogue import load_family
 tasks, run = Path(sys.argv[1]), Path(sys.argv[2])
 family = load_family(tasks / "gemm.yaml")
 candidate = Candidate.from_file("gemm", "h100", tasks / "reference" / "h100" / "gemm.cu")
-verdicts = Pipeline(RunDirectory(run), lambda: [], defaults()).static(candidate, family, TARGETS["h100"])
+verdicts = Pipeline(RunDirectory(run), lambda: [], defaults()).static(candidate, family, family.tasks[0], TARGETS["h100"])
 print(json.dumps([[v.stage, v.status.value, v.seconds] for v in verdicts]))
 """
 

@@ -1,7 +1,7 @@
 """Agents hand over one kernel per (task, target, trajectory).
 
-`reference` serves the expert kernels kept beside the task files (`reference/<target>/<family>.cu`);
-`file:<dir>` serves a user's own kernels (`<dir>/<task>.cu`, else `<dir>/<family>.cu`; without either the
+`reference` serves the expert kernels kept beside the task files (`reference/<target>/<family>.cu`, `.py` for
+Triton); `file:<dir>` serves a user's own kernels (`<dir>/<task>.cu`, else `<dir>/<family>.cu`; without either the
 test skips naming both, or fails under `--ptx-require-gpu`);
 `replay:<run dir>` judges an earlier run's saved kernels again (replay.py); a model alias or
 `provider:model` runs the multi-turn model loop (loop.py).
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..candidate import Candidate
+from ..languages import CUDA, Language
 from ..pipeline import Evaluate
 from ..targets import Target
 from ..task.catalogue import Family, Task
@@ -35,10 +36,16 @@ class Agent(Protocol):
     def name(self) -> str: ...
 
     def kernel(
-        self, family: Family, task: Task, target: Target, trajectory: int, evaluate: Evaluate
+        self,
+        family: Family,
+        task: Task,
+        target: Target,
+        trajectory: int,
+        evaluate: Evaluate,
+        language: Language = CUDA,
     ) -> Candidate | NoKernel:
-        """The kernel for one trajectory of `task` on `target`. A model agent calls `evaluate` on each
-        reply's kernel (the pipeline on the visible shapes) to feed verdicts back."""
+        """The kernel for one trajectory of `task` on `target` in `language`. A model agent calls `evaluate`
+        on each reply's kernel (the pipeline on the visible shapes) to feed verdicts back."""
         ...
 
 
@@ -52,13 +59,19 @@ class FolderAgent:
     missing_fails: bool = False  # a missing kernel fails the test (a user's folder under --ptx-require-gpu)
 
     def kernel(
-        self, family: Family, task: Task, target: Target, trajectory: int, evaluate: Evaluate
+        self,
+        family: Family,
+        task: Task,
+        target: Target,
+        trajectory: int,
+        evaluate: Evaluate,
+        language: Language = CUDA,
     ) -> Candidate | NoKernel:
         base = self.folder / target.name if self.by_target else self.folder
-        paths = [base / f"{task.name}.cu", base / f"{task.family_name}.cu"]
+        paths = [base / f"{task.name}{language.suffix}", base / f"{task.family_name}{language.suffix}"]
         for path in paths:
             if path.is_file():
-                return Candidate.from_file(task.name, target.name, path)
+                return Candidate.from_file(task.name, target.name, path, language.name)
         return NoKernel(
             f"{self.name} has no kernel for {task.name} on {target.name} (looked for {', '.join(map(str, paths))})",
             failed=self.missing_fails,

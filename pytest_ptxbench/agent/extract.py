@@ -1,11 +1,13 @@
-"""The kernel in a model's reply: the fenced CUDA block that defines the task's launcher."""
+"""The kernel in a model's reply: the fenced block of the candidate's language that defines its entry point
+(the task's launcher in CUDA, `run` in Triton)."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-ACCEPTED = ("cuda", "cu", "cpp", "c++")
+from ..languages import Language
+
 _OPEN = re.compile(r"^[ \t]*(`{3,})[ \t]*([^\s`]*)")
 
 
@@ -43,23 +45,14 @@ def blocks(text: str) -> list[Block]:
     return out
 
 
-def defines(code: str, launcher: str) -> bool:
-    """Whether `code` defines (not only declares or calls) the function `launcher`."""
-    for match in re.finditer(rf"\b{re.escape(launcher)}\s*\(", code):
-        depth, j = 1, match.end()
-        while j < len(code) and depth:
-            depth += {"(": 1, ")": -1}.get(code[j], 0)
-            j += 1
-        if code[j:].lstrip().startswith("{"):
-            return True
-    return False
-
-
-def extract_kernel(text: str, launcher: str, refusal: str | None = None, truncated: bool = False) -> Extraction:
-    """The last closed ```cuda (```cu, ```cpp, ```c++) block that defines `launcher`, or the reason there is none."""
+def extract_kernel(
+    text: str, language: Language, entry: str, refusal: str | None = None, truncated: bool = False
+) -> Extraction:
+    """The last closed block of `language` (```cuda, ```cu, ```cpp, ```c++; ```python, ```py) that defines
+    `entry`, or the reason there is none."""
     found = blocks(text)
-    accepted = [b for b in found if b.language in ACCEPTED]
-    defining = [b for b in accepted if b.closed and defines(b.code, launcher)]
+    accepted = [b for b in found if b.language in language.fences]
+    defining = [b for b in accepted if b.closed and language.defines(b.code, entry)]
     if defining:
         return Extraction(defining[-1].code, None)
     cut = " (the reply stopped at the output-token limit)" if truncated else ""
@@ -68,10 +61,10 @@ def extract_kernel(text: str, launcher: str, refusal: str | None = None, truncat
     elif any(not b.closed for b in accepted):
         problem = f"the ```{accepted[-1].language} block is not closed: the code is incomplete{cut}"
     elif accepted:
-        problem = f"none of the {len(accepted)} code block(s) defines the launcher {launcher}"
+        problem = f"none of the {len(accepted)} code block(s) defines {entry}"
     elif found:
         fences = ", ".join(dict.fromkeys(f"```{b.language}" for b in found))
-        problem = f"the code is in {fences}, not in a ```cuda block"
+        problem = f"the code is in {fences}, not in a ```{language.fences[0]} block"
     else:
         problem = f"the reply has no code block{cut}"
     return Extraction(None, problem)

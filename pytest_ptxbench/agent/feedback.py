@@ -11,6 +11,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from ..languages import Language
+from ..task.catalogue import Family
 from ..verdict import Status, Verdict
 
 MAX_LOG_LINES = 40
@@ -28,16 +30,19 @@ SHOWN: dict[str, tuple[str, ...]] = {
 _PATH = re.compile(r"(?<![\w.~/-])/(?:[^\s/:'\"()\[\]{},;=]+/)+([^\s/:'\"()\[\]{},;=]*)")
 
 
-def expected(declaration: str) -> str:
-    return f"Reply with the whole .cu file in one ```cuda block that defines the launcher:\n{declaration}"
+def expected(language: Language, family: Family) -> str:
+    return (
+        f"Reply with the whole {language.suffix} file in one ```{language.fences[0]} block that defines:\n"
+        f"{language.signature(family)}"
+    )
 
 
-def no_kernel(problem: str, declaration: str) -> str:
+def no_kernel(problem: str, language: Language, family: Family) -> str:
     """Feedback for a reply from which no kernel could be taken."""
-    return f"No kernel was evaluated: {problem}.\n{expected(declaration)}"
+    return f"No kernel was evaluated: {problem}.\n{expected(language, family)}"
 
 
-def render(verdicts: Sequence[Verdict], declaration: str) -> str:
+def render(verdicts: Sequence[Verdict], language: Language, family: Family) -> str:
     """One paragraph per stage, GPU stages skipped for one reason folded into one line."""
     lines: list[str] = []
     skipped: dict[str, list[str]] = {}
@@ -55,11 +60,11 @@ def render(verdicts: Sequence[Verdict], declaration: str) -> str:
                 lines.append(f"  speed of light: {verdict.data['speed_of_light']:.1%} of the roofline")
     lines += [f"{', '.join(stages)} {why}" for why, stages in skipped.items()]
     if any(v.status is Status.FAILED for v in verdicts):
-        lines.append("Fix the failures above. " + expected(declaration))
+        lines.append("Fix the failures above. " + expected(language, family))
     elif verdicts and all(v.passed for v in verdicts):
-        lines.append("Every stage passed. Make it faster if you can. " + expected(declaration))
+        lines.append("Every stage passed. Make it faster if you can. " + expected(language, family))
     else:
-        lines.append("No stage failed. Improve the kernel if you can. " + expected(declaration))
+        lines.append("No stage failed. Improve the kernel if you can. " + expected(language, family))
     return without_paths("\n".join(lines))
 
 

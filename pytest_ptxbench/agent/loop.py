@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..candidate import Candidate
+from ..languages import CUDA, LANGUAGES, Language
 from ..pipeline import Evaluate
 from ..targets import Target
 from ..task.catalogue import Family, Task
@@ -51,13 +52,19 @@ class ModelAgent:
         return self.spec.spec
 
     def kernel(
-        self, family: Family, task: Task, target: Target, trajectory: int, evaluate: Evaluate
+        self,
+        family: Family,
+        task: Task,
+        target: Target,
+        trajectory: int,
+        evaluate: Evaluate,
+        language: Language = CUDA,
     ) -> Candidate | NoKernel:
         try:
             client = connect(self.spec, self.settings)
         except MissingKey as exc:
             return NoKernel(str(exc))
-        path = self.run_dir / "trajectories" / file_name(task.name, target.name, trajectory)
+        path = self.run_dir / "trajectories" / file_name(task.name, target.name, trajectory, language.name)
         if self.settings["resume"] and path.exists():
             record = Trajectory.load(path, self.run_dir)
             record.info["config"]["agent"]["turns"] = self.settings["turns"]
@@ -65,9 +72,9 @@ class ModelAgent:
             record = Trajectory.start(
                 path,
                 self.run_dir,
-                prompts.system_prompt(target),
-                prompts.task_card(family, task, target),
-                self._info(family, task, target, trajectory),
+                prompts.system_prompt(target, language),
+                prompts.task_card(family, task, target, language),
+                self._info(family, task, target, trajectory, language),
             )
         cap = cap_reached(self.run_dir, self.settings)
         if cap and not record.turns:  # never tried: no trajectory is written, the task's tests skip
@@ -78,7 +85,7 @@ class ModelAgent:
             record.finish(HARNESS_ERROR, f"{type(exc).__name__}: {exc}")
         return result(record, task, target, self.name)
 
-    def _info(self, family: Family, task: Task, target: Target, trajectory: int) -> dict[str, Any]:
+    def _info(self, family: Family, task: Task, target: Target, trajectory: int, language: Language) -> dict[str, Any]:
         s = self.settings
         return {
             "config": {
@@ -100,6 +107,7 @@ class ModelAgent:
                 "family": family.name,
                 "task": task.name,
                 "target": target.name,
+                "lang": language.name,
                 "trajectory": trajectory,
                 "replay_of": None,
             },
@@ -142,10 +150,12 @@ class ModelAgent:
 def judge(record: Trajectory, turn: dict[str, Any], family: Family, task: Task, evaluate: Evaluate, agent: str) -> None:
     """Take the kernel out of a turn's reply and judge it, or tell the model why there was none."""
     reply = turn["reply"]
-    extraction = extract_kernel(reply["text"], family.launcher.name, reply["refusal"], reply["truncated"])
+    language = LANGUAGES[record.lang]
+    entry = language.entry(family)
+    extraction = extract_kernel(reply["text"], language, entry, reply["refusal"], reply["truncated"])
     if extraction.source is None:
         turn["problem"] = extraction.problem
-        record.judge(turn, [], feedback.no_kernel(str(extraction.problem), family.launcher.declaration()), 0.0)
+        record.judge(turn, [], feedback.no_kernel(str(extraction.problem), language, family), 0.0)
         return
     judge_kernel(record, turn, extraction.source, family, task, evaluate, agent)
 
@@ -155,11 +165,13 @@ def judge_kernel(
 ) -> None:
     """Save a turn's kernel as its own file, run the pipeline on it and record verdicts and feedback."""
     target = record.info["ptxbench"]["target"]
-    candidate = Candidate(task.name, target, source, f"{agent} {record.path.stem} turn {turn['turn']}")
+    origin = f"{agent} {record.path.stem} turn {turn['turn']}"
+    candidate = Candidate(task.name, target, source, origin, record.lang)
     record.save_kernel(turn, candidate)
     started = time.monotonic()
     verdicts = evaluate(candidate)
-    record.judge(turn, verdicts, feedback.render(verdicts, family.launcher.declaration()), time.monotonic() - started)
+    said = feedback.render(verdicts, LANGUAGES[record.lang], family)
+    record.judge(turn, verdicts, said, time.monotonic() - started)
 
 
 def result(record: Trajectory, task: Task, target: Target, agent: str) -> Candidate | NoKernel:
@@ -183,4 +195,4 @@ def result(record: Trajectory, task: Task, target: Target, agent: str) -> Candid
         why = f"{status}; last: {last}" if last else status
         return NoKernel(f"{agent}: the model gave no kernel in {turns} turn(s) ({why}); see {record.path}", failed=True)
     origin = f"{agent} {record.path.stem} turn {best['turn']}"
-    return Candidate(task.name, target.name, record.kernel_source(best), origin)
+    return Candidate(task.name, target.name, record.kernel_source(best), origin, record.lang)

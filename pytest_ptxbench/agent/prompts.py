@@ -7,21 +7,20 @@ from collections.abc import Mapping
 from importlib import resources
 
 from ..allowlist import ALLOWED_IMPORTS
-from ..stages.build import flags
+from ..languages import Language
 from ..targets import Target
 from ..task.catalogue import Family, Task, shape_values
 from .feedback import expected
 
 SYSTEM = """\
-You write CUDA kernels for {label} GPUs ({arch}) that use the architecture's own instructions, are correct
+You write {language} kernels for {label} GPUs ({arch}) that use the architecture's own instructions, are correct
 for every shape, and are as fast as possible. Each reply you send is compiled, disassembled, checked and timed
 by a harness; you get its findings back and may improve the kernel.
 
-The candidate is one .cu file: device code (inline PTX welcome; CUDA toolkit headers such as <cuda/barrier>,
-<cuda/ptx>, <cudaTypedefs.h> allowed) and the one extern "C" host launcher the task declares. The harness
-builds it itself ({flags}) with the launcher's prototype force-included, so another signature does not compile.
+{contract}
 
 {notes}"""
+LANGUAGE_NAMES = {"cuda": "CUDA", "triton": "Triton"}
 
 RULES = """\
 Host code may call only: {allowed}, plus memcpy/memset-class C functions and libm math.
@@ -33,12 +32,18 @@ state between calls, and do not special-case the shapes listed: hidden shapes (i
 multiples of no natural tile) score the kernel too."""
 
 
-def system_prompt(target: Target) -> str:
+def system_prompt(target: Target, language: Language) -> str:
     notes = resources.files("pytest_ptxbench.agent").joinpath("notes").joinpath(f"{target.name}.md").read_text()
-    return SYSTEM.format(label=target.label, arch=target.arch, flags=" ".join(flags(target)), notes=notes.strip())
+    return SYSTEM.format(
+        language=LANGUAGE_NAMES.get(language.name, language.name),
+        label=target.label,
+        arch=target.arch,
+        contract=language.contract(target),
+        notes=notes.strip(),
+    )
 
 
-def task_card(family: Family, task: Task, target: Target) -> str:
+def task_card(family: Family, task: Task, target: Target, language: Language) -> str:
     """The first user message of a trajectory."""
     fixed = ", ".join(f"{k} = {v}" for k, v in task.axes.items())
     lines = [
@@ -48,9 +53,9 @@ def task_card(family: Family, task: Task, target: Target) -> str:
         "",
         f"Fixed for this task: {fixed}.",
         "",
-        "## Launcher (exact prototype)",
-        "```cuda",
-        family.launcher.declaration(),
+        "## Entry point (exact signature)",
+        f"```{language.fences[0]}",
+        language.signature(family),
         "```",
         "Parameters:",
     ]
@@ -60,9 +65,9 @@ def task_card(family: Family, task: Task, target: Target) -> str:
             lines.append(f"- {p.name}: {p.role}, {p.dtype} [{dims}], row-major, contiguous")
         elif p.role == "scalar" and p.value is not None and p.value.text != p.name:
             lines.append(f"- {p.name} = {p.value.text}")
+    stream = "stream: launch everything on it" if language.name == "cuda" else "launch on the current stream"
     lines.append(
-        f"- workspace: zeroed device memory of workspace_bytes = {family.workspace_bytes.text} bytes; "
-        "stream: launch everything on it"
+        f"- workspace: zeroed device memory of workspace_bytes = {family.workspace_bytes.text} bytes; {stream}"
     )
     lines += ["", "## Shapes you are given (more, hidden ones are scored too)"]
     for shape in family.shapes("visible"):
@@ -87,12 +92,11 @@ def task_card(family: Family, task: Task, target: Target) -> str:
         "## Required instructions",
         f"The SASS of a kernel you launch must contain {', '.join(opcodes)} and they must execute on the real "
         "workload (a kernel never launched or a dead branch fails).",
-        "",
-        "## Host rules",
-        RULES.format(allowed=", ".join(sorted(n for n in ALLOWED_IMPORTS if n.startswith("cu")))),
-        "",
-        expected(family.launcher.declaration()),
     ]
+    if language.name == "cuda":
+        allowed = ", ".join(sorted(n for n in ALLOWED_IMPORTS if n.startswith("cu")))
+        lines += ["", "## Host rules", RULES.format(allowed=allowed)]
+    lines += ["", expected(language, family)]
     return "\n".join(lines)
 
 

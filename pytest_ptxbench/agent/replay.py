@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..candidate import Candidate
+from ..languages import CUDA, Language
 from ..pipeline import Evaluate
 from ..targets import Target
 from ..task.catalogue import Family, Task
@@ -36,9 +37,15 @@ class ReplayAgent:
         return f"replay:{self.source}"
 
     def kernel(
-        self, family: Family, task: Task, target: Target, trajectory: int, evaluate: Evaluate
+        self,
+        family: Family,
+        task: Task,
+        target: Target,
+        trajectory: int,
+        evaluate: Evaluate,
+        language: Language = CUDA,
     ) -> Candidate | NoKernel:
-        old_path = self.source / "trajectories" / file_name(task.name, target.name, trajectory)
+        old_path = self.source / "trajectories" / file_name(task.name, target.name, trajectory, language.name)
         if not old_path.is_file():
             return NoKernel(f"{self.name}: no trajectory for {task.name} on {target.name} (looked for {old_path})")
         try:

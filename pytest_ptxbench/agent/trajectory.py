@@ -17,6 +17,7 @@ from typing import Any
 
 from .. import __version__
 from ..candidate import Candidate
+from ..languages import LANGUAGES
 from ..rundir import write_atomic
 from ..verdict import GPU_STAGES, Outcome, Status, Verdict, decide
 from .models import Message, Reply
@@ -30,8 +31,10 @@ class TrajectoryError(ValueError):
     """A trajectory file that cannot be read back; the message names the file and the field."""
 
 
-def file_name(task: str, target: str, trajectory: int) -> str:
-    return f"{task}-{target}-t{trajectory}.json"
+def file_name(task: str, target: str, trajectory: int, lang: str = "cuda") -> str:
+    """`gemm-n7168-k5120-h100-t1.json`; another language than CUDA is named: `...-h100-triton-t1.json`."""
+    named = "" if lang == "cuda" else f"-{lang}"
+    return f"{task}-{target}{named}-t{trajectory}.json"
 
 
 def standing(turn: dict[str, Any]) -> tuple[int, float]:
@@ -144,7 +147,8 @@ class Trajectory:
 
     def save_kernel(self, turn: dict[str, Any], candidate: Candidate) -> None:
         """The turn's kernel as its own file under `<run dir>/kernels/`."""
-        relative = Path("kernels") / f"{self.path.stem}-turn{turn['turn']}-{candidate.digest}.cu"
+        suffix = LANGUAGES[candidate.lang].suffix
+        relative = Path("kernels") / f"{self.path.stem}-turn{turn['turn']}-{candidate.digest}{suffix}"
         target = self.run_dir / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(candidate.source)
@@ -157,6 +161,11 @@ class Trajectory:
         turn["feedback"] = feedback
         turn["judge_seconds"] = round(seconds, 3)
         self.save()
+
+    @property
+    def lang(self) -> str:
+        """The language of the trajectory's kernels (older trajectories: CUDA)."""
+        return str(self.info["ptxbench"].get("lang", "cuda"))
 
     def kernel_source(self, turn: dict[str, Any]) -> str:
         """The saved source of a turn's kernel, checked against its recorded digest."""
@@ -227,10 +236,10 @@ def _turn(turn: dict[str, Any] | None) -> int | None:
     return turn["turn"] if turn else None
 
 
-def budget_kernels(run_dir: Path, task: str, target: str, trajectory: int) -> dict[int, Candidate]:
+def budget_kernels(run_dir: Path, task: str, target: str, trajectory: int, lang: str = "cuda") -> dict[int, Candidate]:
     """The best kernel within each turn budget of a saved trajectory, for scoring on hidden shapes;
     empty when the agent keeps no trajectory (reference and file agents)."""
-    path = run_dir / "trajectories" / file_name(task, target, trajectory)
+    path = run_dir / "trajectories" / file_name(task, target, trajectory, lang)
     if not path.is_file():
         return {}
     record = Trajectory.load(path, run_dir)
@@ -239,5 +248,5 @@ def budget_kernels(run_dir: Path, task: str, target: str, trajectory: int) -> di
     for budget, number in record.info["ptxbench"].get("budgets", {}).items():
         if number is not None:
             origin = f"{path.stem} turn {number} (best within {budget} turns)"
-            out[int(budget)] = Candidate(task, target, record.kernel_source(by_turn[number]), origin)
+            out[int(budget)] = Candidate(task, target, record.kernel_source(by_turn[number]), origin, record.lang)
     return out

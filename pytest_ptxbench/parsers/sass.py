@@ -11,7 +11,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
-_ARCH = re.compile(r"^\s*arch\s*=\s*(sm_\w+)\s*$")
+# `arch = sm_90a` heads each ELF of a fatbin; `code for sm_90a` heads the listing of a cubin too
+_ARCH = re.compile(r"^\s*(?:arch\s*=|code for)\s*(sm_\w+)\s*$")
 _FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)\s*$")
 _INSTRUCTION = re.compile(r"^\s*/\*([0-9a-fA-F]{4,})\*/\s+([^;]*?)\s*;")
 _PREDICATE = re.compile(r"^@!?U?P(?:T|\d+)$")

@@ -14,6 +14,7 @@ from ..agent.extract import extract_kernel
 from ..agent.models import ModelClient, ModelError
 from ..candidate import Candidate
 from ..device import detect_devices
+from ..languages import CUDA
 from ..pipeline import Pipeline
 from ..rundir import RunDirectory, task_set_hash
 from ..targets import TARGETS
@@ -80,7 +81,7 @@ def _repair(
         reply = client.complete(failed.record.system, [{"role": "user", "content": failed.prompt()}])
     except ModelError as exc:
         return f"the teacher failed: {exc}"
-    extraction = extract_kernel(reply.text, family.launcher.name, reply.refusal, reply.truncated)
+    extraction = extract_kernel(reply.text, CUDA, family.launcher.name, reply.refusal, reply.truncated)
     if extraction.source is None:
         return f"no kernel in the reply: {extraction.problem}"
     info = failed.ptxbench

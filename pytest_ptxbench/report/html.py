@@ -13,7 +13,7 @@ from typing import Any
 from ..task.cases import natural
 from .scores import TURN_CATEGORIES, TrajectoryScore
 from .stats import wilson
-from .tables import NOT_JUDGED, SPEED_OF_LIGHT, SPEEDUP, Figure, Table, cells, correct, tally, verified
+from .tables import NOT_JUDGED, SPEED_OF_LIGHT, SPEEDUP, Figure, Table, cells, columns, correct, key, tally, verified
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
@@ -107,7 +107,7 @@ def share_bars(scores: Sequence[TrajectoryScore]) -> list[ShareBars]:
     series = []
     for name, what in (("correct", correct), ("correct and verified", verified)):
         bars = ShareBars(name, [], [], ([], []), [])
-        for row, group in enumerate(cells(scores).values()):
+        for row, group in enumerate(cells(scores, columns(scores)).values()):
             k, n = tally([s.final for s in group], what)
             if n == 0:
                 bars.not_judged.append(row)
@@ -122,7 +122,7 @@ def share_bars(scores: Sequence[TrajectoryScore]) -> list[ShareBars]:
 
 
 def _shares(pyplot: Any, scores: Sequence[TrajectoryScore]) -> str:
-    labels = [" / ".join(cell) for cell in cells(scores)]
+    labels = [" / ".join(cell) for cell in cells(scores, columns(scores))]
     figure, axes = pyplot.subplots(figsize=(9, 1 + 0.5 * len(labels)))
     for offset, bars in enumerate(share_bars(scores)):
         positions = [row + offset * 0.4 for row in bars.rows]
@@ -139,8 +139,9 @@ def _shares(pyplot: Any, scores: Sequence[TrajectoryScore]) -> str:
 
 def _per_shape(pyplot: Any, scores: Sequence[TrajectoryScore], figure: Figure, label: str) -> str | None:
     """A figure of the timed kernels per shape, each point a trajectory; None when no kernel has it."""
+    grouping = columns(scores)
     points = [
-        (f"{' / '.join(s.cell)}: {shape}", value)
+        (f"{' / '.join(key(s, grouping))}: {shape}", value)
         for s in scores
         for shape, (_, score) in s.shapes.items()
         if (value := figure.of(score)) is not None
@@ -157,20 +158,18 @@ def _per_shape(pyplot: Any, scores: Sequence[TrajectoryScore], figure: Figure, l
 
 
 def _failures(pyplot: Any, scores: Sequence[TrajectoryScore]) -> str:
-    models = sorted({s.model for s in scores if s.turns})
-    figure, all_axes = pyplot.subplots(len(models), 1, figsize=(9, 2.5 * len(models)), squeeze=False)
-    for model, (axes,) in zip(models, all_axes, strict=True):
-        turns = max(len(s.turns) for s in scores if s.model == model)
+    """One panel per model (and language, as the failure table has them)."""
+    panels = sorted(cells([s for s in scores if s.turns], columns(scores, ("model",))).items())
+    figure, all_axes = pyplot.subplots(len(panels), 1, figsize=(9, 2.5 * len(panels)), squeeze=False)
+    for (panel, group), (axes,) in zip(panels, all_axes, strict=True):
+        turns = max(len(s.turns) for s in group)
         bottom = [0] * turns
         for category in TURN_CATEGORIES:
-            counts = [
-                sum(1 for s in scores if s.model == model and len(s.turns) > t and s.turns[t] == category)
-                for t in range(turns)
-            ]
+            counts = [sum(1 for s in group if len(s.turns) > t and s.turns[t] == category) for t in range(turns)]
             if any(counts):
                 axes.bar(range(1, turns + 1), counts, bottom=bottom, label=category)
                 bottom = [b + c for b, c in zip(bottom, counts, strict=True)]
-        axes.set_title(model)
+        axes.set_title(" / ".join(panel))
         axes.set_xlabel("turn")
         axes.set_ylabel("kernels")
         axes.set_xticks(range(1, turns + 1))

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..agent.trajectory import Trajectory, TrajectoryError
+from ..languages import CUDA, LANGUAGES
 from ..rundir import ENVIRONMENT, FORMAT, RESULTS, SESSIONS, SessionRecord
 from ..verdict import Outcome, Status
 
@@ -34,6 +35,7 @@ OPTIONAL_RESULT_FIELDS: dict[str, tuple[type, ...]] = {
     "reason": (str, type(None)),
     "candidate": (dict, type(None)),
     "session": (str,),
+    "lang": (str,),
 }
 VERDICT_FIELDS: dict[str, tuple[type, ...]] = {"stage": (str,), "status": (str,), "message": (str,)}
 OPTIONAL_VERDICT_FIELDS: dict[str, tuple[type, ...]] = {"data": (dict,), "seconds": (int, float)}
@@ -56,7 +58,7 @@ class RunError(ValueError):
 class Run:
     path: Path
     environment: dict[str, Any]
-    results: list[dict[str, Any]]  # each test's current rows (see `current_rows`)
+    results: list[dict[str, Any]]  # each test's current rows (see `current_rows`), each with its `lang`
     trajectories: list[Trajectory]
     sessions: list[SessionRecord]  # empty for a directory written before sessions were recorded
 
@@ -94,9 +96,11 @@ def load_run(path: Path) -> Run:
     trajectories = []
     for file in sorted((path / "trajectories").glob("*.json")):
         try:
-            trajectories.append(Trajectory.load(file, path))
+            record = Trajectory.load(file, path)
         except TrajectoryError as exc:
             raise RunError(str(exc)) from None
+        _check_value(str(file), "info.ptxbench.lang", record.lang, list(LANGUAGES))
+        trajectories.append(record)
     return Run(path, environment, results, trajectories, sessions)
 
 
@@ -145,6 +149,8 @@ def _results(file: Path) -> list[dict[str, Any]]:
             raise RunError(f"{where}: missing field(s) {', '.join(missing)}")
         _check_types(where, "", row, RESULT_FIELDS, OPTIONAL_RESULT_FIELDS)
         _check_value(where, "outcome", row["outcome"], [o.value for o in Outcome])
+        row.setdefault("lang", CUDA.name)  # a row written before the languages: CUDA
+        _check_value(where, "lang", row["lang"], list(LANGUAGES))
         for index, verdict in enumerate(row["verdicts"]):
             name = f"verdicts[{index}]"
             if not isinstance(verdict, dict):

@@ -1,7 +1,7 @@
 """What each trajectory of one or more runs achieved: its handed-over kernel on every shape (from
 `results.jsonl`), the best kernel within each turn budget (from the trajectory record), the failing
 stage of every turn, and its tokens and cost. A run without trajectories (`reference`, `file:`) counts
-each (task, target, trajectory number) as one trajectory of one turn."""
+each (task, target, language, trajectory number) as one trajectory of one turn."""
 
 from __future__ import annotations
 
@@ -97,6 +97,7 @@ class TrajectoryScore:
     model: str
     target: str
     task: str
+    lang: str  # the kernels' language: a key of `languages.LANGUAGES`
     trajectory: int
     final: Score  # the handed-over kernel on every shape the run evaluated
     hidden: Score | None  # ... on its hidden shapes (None: none evaluated)
@@ -109,36 +110,40 @@ class TrajectoryScore:
     cost: float | None = 0.0
 
     @property
-    def cell(self) -> tuple[str, str, str]:
-        return (self.model, self.target, self.task)
+    def cell(self) -> tuple[str, str, str, str]:
+        return (self.model, self.target, self.task, self.lang)
 
 
 def score_runs(runs: Sequence[Run]) -> list[TrajectoryScore]:
-    """Every trajectory of `runs`, ordered by model, target, task, run and trajectory number."""
+    """Every trajectory of `runs`, ordered by model, target, task, language, run and trajectory number."""
     out = [s for run in runs for s in _score_run(run)]
     return sorted(out, key=lambda s: (*s.cell, str(s.run), s.trajectory))
 
 
+Key = tuple[str, str, str, int]  # a trajectory of a run: task, target, language, trajectory number
+
+
 def _score_run(run: Run) -> list[TrajectoryScore]:
-    rows: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
-    budget_rows: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    rows: dict[Key, list[dict[str, Any]]] = {}
+    budget_rows: dict[Key, list[dict[str, Any]]] = {}
     for row in run.results:
-        key = (row["task"], row["target"], int(row["trajectory"]))
+        key = (row["task"], row["target"], row["lang"], int(row["trajectory"]))
         (rows if row.get("budget") is None else budget_rows).setdefault(key, []).append(row)
-    records = {
-        (t.info["ptxbench"]["task"], t.info["ptxbench"]["target"], int(t.info["ptxbench"]["trajectory"])): t
-        for t in run.trajectories
-    }
+    records: dict[Key, Trajectory] = {}
+    for t in run.trajectories:
+        info = t.info["ptxbench"]
+        records[(info["task"], info["target"], t.lang, int(info["trajectory"]))] = t
     scores = []
     for key in sorted(rows.keys() | records.keys()):
-        task, target, number = key
+        task, target, lang, number = key
         own = rows.get(key, [])
         record = records.get(key)
         shapes = {r["shape_id"]: (bool(r["hidden"]), score(r["verdicts"])) for r in own}
         hidden = [v for r in own if r["hidden"] for v in r["verdicts"]]
         final = score(v for r in own for v in r["verdicts"]) if own else _best_turn(record)
         model = own[0]["model"] if own else run.model
-        base = TrajectoryScore(run.path, model, target, task, number, final, score(hidden) if hidden else None, shapes)
+        hidden_score = score(hidden) if hidden else None
+        base = TrajectoryScore(run.path, model, target, task, lang, number, final, hidden_score, shapes)
         scores.append(_with_record(base, record, own + budget_rows.get(key, [])) if record else base)
     return scores
 

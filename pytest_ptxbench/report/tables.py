@@ -1,29 +1,33 @@
 """The paper-style tables of `ptxbench report`, built from trajectory scores, and their Markdown.
 
-Each cell is a (model, target, task); its trajectories are the samples of every estimate: shares with
-Wilson 95 % intervals, speedups and speed of light as geometric means with a seeded bootstrap interval, the
+Each cell is a (model, target, task, language); its trajectories are the samples of every estimate: shares
+with Wilson 95 % intervals, speedups and speed of light as geometric means with a seeded bootstrap interval, the
 unbiased pass@k (a trajectory passes when its kernel is correct and verified) and fast_p (correct and
 speedup > p). A trajectory whose kernel was not judged for a figure (a stage it needs could not run here)
-is no sample of it, and a figure no kernel was judged for reads `not judged`."""
+is no sample of it, and a figure no kernel was judged for reads `not judged`. The tables name the language
+(a `lang` column) as soon as one kernel is not CUDA, and a report of several languages puts them side by
+side."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..languages import CUDA, LANGUAGES
 from ..task.cases import natural
 from .scores import TURN_CATEGORIES, Score, TrajectoryScore
 from .stats import FAST_P, bootstrap_geomean, fast_p, geomean, pass_at_k, wilson
 
 PASS_K = (1, 5, 10)
 NOT_JUDGED = "not judged"  # a stage the figure needs could not run here (no GPU, a tool unavailable)
-Cell = tuple[str, str, str]  # model, target, task
+CELL = ("model", "target", "task")  # the columns (attributes of TrajectoryScore) most tables group by
 SPEED_HEADER = [
     "best speedup",
     "best speed of light",
     "speedup (geomean [95% CI])",
     "speed of light (geomean [95% CI])",
 ]
+SIDE_HEADER = ("trajectories", "correct and verified", SPEED_HEADER[2])  # per language, side by side
 SPEED_OF_LIGHT_NOTE = (
     "Speed of light: the share of the roofline the kernel reached (the time of the task's FLOPs and bytes at "
     "the GPU's datasheet peaks over the measured time), per kernel the geometric mean over its shapes."
@@ -103,25 +107,63 @@ def mean(scores: Sequence[Score], figure: Figure) -> str:
     return f"{figure.form.format(geomean(values))} [{bounds}]"
 
 
-def cells(scores: Sequence[TrajectoryScore]) -> dict[Cell, list[TrajectoryScore]]:
-    grouped: dict[Cell, list[TrajectoryScore]] = {}
+def languages(scores: Sequence[TrajectoryScore]) -> list[str]:
+    """The languages of the scores' kernels, in the order of `languages.LANGUAGES`."""
+    present = {s.lang for s in scores}
+    return [name for name in LANGUAGES if name in present]
+
+
+def columns(scores: Sequence[TrajectoryScore], names: Sequence[str] = CELL) -> list[str]:
+    """The columns a table groups the trajectories by: `names`, then `lang` as soon as one kernel is not
+    CUDA (a CUDA-only report reads as before there were languages)."""
+    return [*names, "lang"] if any(s.lang != CUDA.name for s in scores) else list(names)
+
+
+def key(score: TrajectoryScore, names: Sequence[str]) -> tuple[str, ...]:
+    """The trajectory's values in the columns `names`."""
+    return tuple(str(getattr(score, name)) for name in names)
+
+
+def cells(scores: Sequence[TrajectoryScore], names: Sequence[str]) -> dict[tuple[str, ...], list[TrajectoryScore]]:
+    """The trajectories grouped by the columns `names`, in the order of `scores`."""
+    grouped: dict[tuple[str, ...], list[TrajectoryScore]] = {}
     for s in scores:
-        grouped.setdefault(s.cell, []).append(s)
+        grouped.setdefault(key(s, names), []).append(s)
     return grouped
 
 
 def results_table(scores: Sequence[TrajectoryScore]) -> Table:
     rows = []
-    for cell, group in cells(scores).items():
+    names = columns(scores)
+    for cell, group in cells(scores, names).items():
         finals = [s.final for s in group]
         rows.append([*cell, str(len(group)), share(finals, correct), share(finals, verified), *_speed(finals)])
-    header = ["model", "target", "task", "trajectories", "correct", "correct and verified", *SPEED_HEADER]
+    header = [*names, "trajectories", "correct", "correct and verified", *SPEED_HEADER]
     note = (
         "Each trajectory's handed-over kernel on every shape the run evaluated. Shares with Wilson 95% intervals "
         f"over the kernels judged ({NOT_JUDGED}: a stage the figure needs could not run here, e.g. without a GPU); "
         f"speedups over correct kernels timed on every shape, bootstrap interval (seed 0). {SPEED_OF_LIGHT_NOTE}"
     )
     return Table("Results", header, rows, note)
+
+
+def language_table(scores: Sequence[TrajectoryScore]) -> Table:
+    """Per model, target and task, each language's handed-over kernels next to the others'."""
+    names = languages(scores)
+    rows = []
+    for cell, group in cells(scores, CELL).items():
+        by_lang = {lang: [s.final for s in group if s.lang == lang] for lang in names}
+        rows.append([*cell, *(f for finals in by_lang.values() for f in _side(finals))])
+    header = [*CELL, *(f"{lang}: {what}" for lang in names for what in SIDE_HEADER)]
+    note = (
+        "Each language's handed-over kernels, figured as in Results: the share correct and verified (Wilson 95% "
+        "interval) and the geometric-mean speedup over correct kernels timed on every shape (bootstrap interval)."
+    )
+    return Table("Languages side by side", header, rows, note)
+
+
+def _side(finals: Sequence[Score]) -> list[str]:
+    return [str(len(finals)), share(finals, verified), mean(finals, SPEEDUP)]
 
 
 def _speed(scores: Sequence[Score]) -> list[str]:
@@ -131,13 +173,14 @@ def _speed(scores: Sequence[Score]) -> list[str]:
 
 def budget_table(scores: Sequence[TrajectoryScore]) -> Table:
     rows = []
-    for cell, group in cells(scores).items():
+    names = columns(scores)
+    for cell, group in cells(scores, names).items():
         for k in sorted({k for s in group for k in s.budgets}):
             budgets = [s.budgets[k] for s in group if k in s.budgets]
             visible = [b.visible for b in budgets]
             hidden = [b.hidden for b in budgets if b.hidden is not None]
             rows.append([*cell, str(k), *_budget(visible), *_budget(hidden)])
-    header = ["model", "target", "task", "turns"]
+    header = [*names, "turns"]
     for shapes in ("visible", "hidden"):
         header += [f"{shapes}: {name}" for name in ("correct", "verified", "best speedup", "best speed of light")]
     note = "The best kernel within the first k model calls of each trajectory. Hidden-shape scores exist for the trajectories whose best kernel within k turns is the kernel the run scored on the hidden shapes."
@@ -150,18 +193,20 @@ def _budget(scores: Sequence[Score]) -> list[str]:
 
 def shape_table(scores: Sequence[TrajectoryScore]) -> Table:
     rows = []
-    for cell, group in cells(scores).items():
+    names = columns(scores)
+    for cell, group in cells(scores, names).items():
         for shape in sorted({sh for s in group for sh in s.shapes}, key=natural):
             entries = [s.shapes[shape] for s in group if shape in s.shapes]
             on_shape = [score for _, score in entries]
             rows.append([*cell, shape, "yes" if entries[0][0] else "no", share(on_shape, correct), *_speed(on_shape)])
-    header = ["model", "target", "task", "shape", "hidden", "correct", *SPEED_HEADER]
+    header = [*names, "shape", "hidden", "correct", *SPEED_HEADER]
     return Table("Per shape", header, rows, SPEED_OF_LIGHT_NOTE)
 
 
 def pass_table(scores: Sequence[TrajectoryScore]) -> Table:
     rows = []
-    for cell, group in cells(scores).items():
+    names = columns(scores)
+    for cell, group in cells(scores, names).items():
         finals = [s.final for s in group]
         n, (c, judged) = len(finals), tally(finals, verified)
         passes = [f"{pass_at_k(n, c, k):.3f}" if k <= n else "–" for k in PASS_K]
@@ -171,7 +216,7 @@ def pass_table(scores: Sequence[TrajectoryScore]) -> Table:
         rows.append(
             [*cell, str(n), str(c), str(n - judged), *_judged(passes, judged == n), *_judged(fast, every_speed)]
         )
-    header = ["model", "target", "task", "n", "c", NOT_JUDGED, *(f"pass@{k}" for k in PASS_K)]
+    header = [*names, "n", "c", NOT_JUDGED, *(f"pass@{k}" for k in PASS_K)]
     header += [f"fast_{p:g}" for p in FAST_P]
     note = (
         "pass@k: unbiased estimator over n trajectories of which c handed over a correct and verified kernel. "
@@ -188,22 +233,24 @@ def _judged(estimates: list[str], judged: bool) -> list[str]:
 
 
 def failure_table(scores: Sequence[TrajectoryScore]) -> Table:
-    counts: dict[tuple[str, int], dict[str, int]] = {}
+    names = columns(scores, ("model",))
+    counts: dict[tuple[tuple[str, ...], int], dict[str, int]] = {}
     for s in scores:
         for number, category in enumerate(s.turns, start=1):
-            row = counts.setdefault((s.model, number), dict.fromkeys(TURN_CATEGORIES, 0))
+            row = counts.setdefault((key(s, names), number), dict.fromkeys(TURN_CATEGORIES, 0))
             row[category] += 1
     rows = [
-        [model, str(turn), str(sum(c.values())), *map(str, c.values())] for (model, turn), c in sorted(counts.items())
+        [*cell, str(turn), str(sum(c.values())), *map(str, c.values())] for (cell, turn), c in sorted(counts.items())
     ]
     note = "Per turn, the first stage that failed (none failed: the stages that ran passed, others could not run here)."
-    return Table("Failure stage per turn", ["model", "turn", "kernels asked", *TURN_CATEGORIES], rows, note)
+    return Table("Failure stage per turn", [*names, "turn", "kernels asked", *TURN_CATEGORIES], rows, note)
 
 
 def usage_table(scores: Sequence[TrajectoryScore]) -> Table:
     rows = []
-    for model in sorted({s.model for s in scores}):
-        group = [s for s in scores if s.model == model and s.turns]
+    names = columns(scores, ("model",))
+    for cell, everyone in sorted(cells(scores, names).items()):
+        group = [s for s in everyone if s.turns]
         if not group:
             continue
         costs = [s.cost for s in group]
@@ -211,7 +258,7 @@ def usage_table(scores: Sequence[TrajectoryScore]) -> Table:
         total = f"{sum(priced):.4f}" + (f" ({len(costs) - len(priced)} unpriced)" if len(priced) < len(costs) else "")
         rows.append(
             [
-                model,
+                *cell,
                 str(len(group)),
                 str(sum(s.calls for s in group)),
                 str(sum(s.input_tokens for s in group)),
@@ -221,7 +268,7 @@ def usage_table(scores: Sequence[TrajectoryScore]) -> Table:
             ]
         )
     header = [
-        "model",
+        *names,
         "trajectories",
         "model calls",
         "input tokens",
@@ -233,8 +280,10 @@ def usage_table(scores: Sequence[TrajectoryScore]) -> Table:
 
 
 def tables(scores: Sequence[TrajectoryScore]) -> list[Table]:
+    """The report's tables; the languages side by side when it holds several."""
     return [
         results_table(scores),
+        *([language_table(scores)] if len(languages(scores)) > 1 else []),
         budget_table(scores),
         shape_table(scores),
         pass_table(scores),

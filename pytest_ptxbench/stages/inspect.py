@@ -1,9 +1,10 @@
-"""Stage *inspect*: what the built library holds, read from the very file that is run and timed.
+"""Stage *inspect*: what the built code holds, read from the very files that are run and timed.
 
-Device side: the per-kernel SASS opcode inventory (cuobjdump); every required opcode, modifiers
-included, must be present in some kernel of the target's architecture. Host side: imports only
-from the allow-list, only allowed libraries, no raw system-call instructions, the launcher defined and
-no other C-linkage function nor CUDA/CUPTI name (nothing that could shadow the measuring APIs).
+Device side (a CUDA library's and a Triton build's cubins alike): the per-kernel SASS opcode inventory
+(cuobjdump); every required opcode, modifiers included, must be present in some kernel of the target's
+architecture. Host side, for a CUDA library only (Triton's host code is the harness's): imports only from the
+allow-list, only allowed libraries, no raw system-call instructions, the launcher defined and no other
+C-linkage function nor CUDA/CUPTI name (nothing that could shadow the measuring APIs).
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .. import allowlist, process
 from ..parsers import objdump, sass
@@ -19,15 +22,13 @@ from ..targets import Target
 from ..toolchain import find_tool
 from ..verdict import Status, Verdict
 
+NO_CUOBJDUMP = "requires cuobjdump (CUDA_HOME, PATH or the nvidia-cuda-cuobjdump wheel), found none"
+
 
 def inspect(library: Path, target: Target, required: tuple[str, ...], launcher: str, timeout: float) -> Verdict:
     cuobjdump, host_objdump = find_tool("cuobjdump"), find_tool("objdump")
     if cuobjdump is None:
-        return Verdict(
-            "inspect",
-            Status.TOOL_UNAVAILABLE,
-            "requires cuobjdump (CUDA_HOME, PATH or the nvidia-cuda-cuobjdump wheel), found none",
-        )
+        return Verdict("inspect", Status.TOOL_UNAVAILABLE, NO_CUOBJDUMP)
     if host_objdump is None:
         return Verdict("inspect", Status.TOOL_UNAVAILABLE, "requires binutils' objdump on PATH, found none")
     runs = {
@@ -38,30 +39,12 @@ def inspect(library: Path, target: Target, required: tuple[str, ...], launcher: 
     }
     for what, done in runs.items():
         if done.returncode != 0:
-            state = "timed out" if done.timed_out else f"exited {done.returncode}"
-            return Verdict(
-                "inspect", Status.TOOL_UNAVAILABLE, f"{done.argv[0]} ({what}) {state}: {done.stderr.strip()[-500:]}"
-            )
-    (library.parent / "sass.txt").write_text(runs["sass"].stdout)
+            return _tool_failed(done, what)
+    problems, device = _device_side([runs["sass"].stdout], target, required, "the library", library.parent, timeout)
     cubins = _extract_cubins(cuobjdump.path, library, target.arch, timeout, cuobjdump.env())
-    kernels = {n: k for n, k in sass.parse_sass(runs["sass"].stdout).items() if k.arch == target.arch}
-    (library.parent / "inventory.json").write_text(
-        json.dumps({n: dict(k.opcodes) for n, k in kernels.items()}, indent=1, sort_keys=True)
-    )
-    seconds = sum(done.seconds for done in runs.values())
-
-    problems: list[str] = []
-    found: dict[str, dict[str, list[str]]] = {}
-    if not kernels:
-        problems.append(f"no {target.arch} kernel in the library")
     if not cubins:
         problems.append(f"no {target.arch} cubin could be extracted from the library")
-    for pattern in required:
-        holders = sass.holders(pattern, kernels)
-        if holders:
-            found[pattern] = holders
-        else:
-            problems.append(f"missing {pattern}{_near_misses(pattern, kernels)}")
+    seconds = sum(done.seconds for done in runs.values())
 
     symbols = objdump.parse_dynamic_symbols(runs["symbols"].stdout)
     imports = allowlist.forbidden_imports(s.name for s in symbols if s.undefined)
@@ -85,21 +68,90 @@ def inspect(library: Path, target: Target, required: tuple[str, ...], launcher: 
             + ", ".join(sorted({f"{i.mnemonic} in {i.function}" for i in raw}))
         )
 
-    names = _demangle(sorted(kernels), timeout)
-    found = {p: {names[k]: m for k, m in holders.items()} for p, holders in found.items()}
     data = {
-        "kernels": names,
-        "found": found,
+        **device,
         "forbidden_imports": imports,
         "forbidden_libraries": libraries,
         "forbidden_definitions": definitions,
         "cuobjdump": cuobjdump.version,
         "cubins": cubins,
-        "summary": _summary(found),
     }
+    return _verdict(problems, data, seconds)
+
+
+def inspect_cubins(cubins: list[dict[str, str]], target: Target, required: tuple[str, ...], timeout: float) -> Verdict:
+    """The device-side rules of `inspect` over the cubins a Triton build wrote (`{"path", "sha256"}` each, in
+    the build's `cubins/` folder; the listing and inventory go beside that folder). No host side: the host code
+    that launches them is the harness's."""
+    cuobjdump = find_tool("cuobjdump")
+    if cuobjdump is None:
+        return Verdict("inspect", Status.TOOL_UNAVAILABLE, NO_CUOBJDUMP)
+    if not cubins:
+        return Verdict("inspect", Status.FAILED, "the build wrote no cubin", {"cubins": cubins})
+    problems: list[str] = []
+    listings: list[str] = []
+    seconds = 0.0
+    for cubin in cubins:
+        path = Path(cubin["path"])
+        if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != cubin["sha256"]:
+            problems.append(f"{path.name} is no longer the cubin the build wrote")
+            continue
+        done = process.run([str(cuobjdump.path), "-sass", str(path)], timeout, env=cuobjdump.env())
+        if done.returncode != 0:
+            return _tool_failed(done, f"sass of {path.name}")
+        listings.append(done.stdout)
+        seconds += done.seconds
+    folder = Path(cubins[0]["path"]).parent.parent
+    device_problems, device = _device_side(listings, target, required, "the cubins", folder, timeout)
+    data = {**device, "cuobjdump": cuobjdump.version, "cubins": cubins}
+    return _verdict(problems + device_problems, data, seconds)
+
+
+def _device_side(
+    listings: Sequence[str], target: Target, required: tuple[str, ...], source: str, folder: Path, timeout: float
+) -> tuple[list[str], dict[str, Any]]:
+    """The device-side rules over `cuobjdump -sass` listings of `source`: the opcode inventory of each kernel of
+    the target's architecture (a kernel in several listings, as specialisations of one Triton kernel are, has
+    the union of theirs), and every required opcode in some kernel. The listings and the inventory are written
+    to `folder` (sass.txt, inventory.json). Returns the problems, and the data: kernels (symbol → readable
+    name), found (pattern → kernel → mnemonics) and summary."""
+    kernels: dict[str, sass.Kernel] = {}
+    for listing in listings:
+        for name, kernel in sass.parse_sass(listing).items():
+            if kernel.arch != target.arch:
+                continue
+            if name in kernels:
+                kernels[name].opcodes |= kernel.opcodes
+            else:
+                kernels[name] = kernel
+    (folder / "sass.txt").write_text("\n".join(listings))
+    (folder / "inventory.json").write_text(
+        json.dumps({n: dict(k.opcodes) for n, k in kernels.items()}, indent=1, sort_keys=True)
+    )
+    problems: list[str] = []
+    found: dict[str, dict[str, list[str]]] = {}
+    if not kernels:
+        problems.append(f"no {target.arch} kernel in {source}")
+    for pattern in required:
+        holders = sass.holders(pattern, kernels)
+        if holders:
+            found[pattern] = holders
+        else:
+            problems.append(f"missing {pattern}{_near_misses(pattern, kernels)}")
+    names = _demangle(sorted(kernels), timeout)
+    found = {p: {names[k]: m for k, m in holders.items()} for p, holders in found.items()}
+    return problems, {"kernels": names, "found": found, "summary": _summary(found)}
+
+
+def _verdict(problems: list[str], data: dict[str, Any], seconds: float) -> Verdict:
     if problems:
         return Verdict("inspect", Status.FAILED, "; ".join(problems), data, seconds)
-    return Verdict("inspect", Status.PASSED, _summary(found), data, seconds)
+    return Verdict("inspect", Status.PASSED, data["summary"], data, seconds)
+
+
+def _tool_failed(done: process.Completed, what: str) -> Verdict:
+    state = "timed out" if done.timed_out else f"exited {done.returncode}"
+    return Verdict("inspect", Status.TOOL_UNAVAILABLE, f"{done.argv[0]} ({what}) {state}: {done.stderr.strip()[-500:]}")
 
 
 def _extract_cubins(
