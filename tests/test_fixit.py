@@ -129,7 +129,7 @@ def test_teacher_repairs_are_reverified_and_failures_dropped(
     assert len(teacher.requests) == 3
     asked = teacher.requests[1]["messages"][-1]["content"]
     assert GETENV.strip() in asked and "getenv" in asked.split("## What the harness found")[1]
-    assert asked.endswith(fixit.REPAIR_REQUEST)
+    assert asked.endswith(fixit.REPAIR_REQUEST.format(suffix=".cu", fence="cuda"))
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert by_source(rows) == [
         ("self-repair", "gemm-n128-k2048-h100-t1", 1, 2, "build", "static", digest(SYNTAX_ERROR), digest(REFERENCE_GEMM)),

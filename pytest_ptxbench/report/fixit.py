@@ -16,6 +16,7 @@ from typing import Any
 
 from ..agent.trajectory import Trajectory, standing
 from ..candidate import digest
+from ..languages import LANGUAGES, Language
 from ..rundir import atomically, write_atomic
 from .runs import Run
 from .scores import turn_category
@@ -23,7 +24,7 @@ from .scores import turn_category
 LEVELS = {"static": 2, "full": 3}  # verification level → the `standing` rank it needs
 REPAIR_REQUEST = (
     "This kernel failed in the harness. Repair it with the smallest change that fixes what the harness "
-    "found; keep everything else as it is. Reply with the whole .cu file in one ```cuda block."
+    "found; keep everything else as it is. Reply with the whole {suffix} file in one ```{fence} block."
 )
 
 
@@ -40,6 +41,13 @@ class FailedTurn:
         return turn_category(self.turn)
 
     @property
+    def language(self) -> Language:
+        return LANGUAGES[self.record.lang]
+
+    def fenced(self, source: str) -> str:
+        return f"```{self.language.fences[0]}\n{source.rstrip()}\n```"
+
+    @property
     def ptxbench(self) -> dict[str, Any]:
         info: dict[str, Any] = self.record.info["ptxbench"]
         return info
@@ -47,9 +55,10 @@ class FailedTurn:
     def prompt(self) -> str:
         """What the learner (or the teacher) is asked: card, the wrong kernel, its feedback, the request."""
         source = self.record.kernel_source(self.turn)
+        request = REPAIR_REQUEST.format(suffix=self.language.suffix, fence=self.language.fences[0])
         return (
-            f"{self.record.card}\n\n## A kernel that failed\n```cuda\n{source.rstrip()}\n```\n\n"
-            f"## What the harness found\n{self.turn['feedback']}\n\n{REPAIR_REQUEST}"
+            f"{self.record.card}\n\n## A kernel that failed\n{self.fenced(source)}\n\n"
+            f"## What the harness found\n{self.turn['feedback']}\n\n{request}"
         )
 
 
@@ -78,7 +87,7 @@ def example(
     messages = [
         {"role": "system", "content": failed.record.system, "loss": False},
         {"role": "user", "content": failed.prompt(), "loss": False},
-        {"role": "assistant", "content": f"```cuda\n{repaired.rstrip()}\n```", "loss": True},
+        {"role": "assistant", "content": failed.fenced(repaired), "loss": True},
     ]
     info = failed.ptxbench
     metadata = {
@@ -89,6 +98,7 @@ def example(
         "family": info["family"],
         "task": info["task"],
         "target": info["target"],
+        "lang": failed.language.name,
         "failed_turn": failed.turn["turn"],
         "repaired_turn": repaired_turn,
         "failure_stage": failed.stage,
@@ -170,6 +180,7 @@ def _schema(pa: Any) -> Any:
             "family",
             "task",
             "target",
+            "lang",
             "failure_stage",
             "verification",
         )

@@ -14,7 +14,6 @@ from ..agent.extract import extract_kernel
 from ..agent.models import ModelClient, ModelError
 from ..candidate import Candidate
 from ..device import detect_devices
-from ..languages import CUDA
 from ..pipeline import Pipeline
 from ..rundir import RunDirectory, task_set_hash
 from ..targets import TARGETS
@@ -81,13 +80,15 @@ def _repair(
         reply = client.complete(failed.record.system, [{"role": "user", "content": failed.prompt()}])
     except ModelError as exc:
         return f"the teacher failed: {exc}"
-    extraction = extract_kernel(reply.text, CUDA, family.launcher.name, reply.refusal, reply.truncated)
+    language = failed.language
+    extraction = extract_kernel(reply.text, language, language.entry(family), reply.refusal, reply.truncated)
     if extraction.source is None:
         return f"no kernel in the reply: {extraction.problem}"
     info = failed.ptxbench
     task = next(t for t in family.tasks if t.name == info["task"])
     target = TARGETS[info["target"]]
-    candidate = Candidate(task.name, target.name, extraction.source, f"{teacher} repair of {failed.record.path.stem}")
+    origin = f"{teacher} repair of {failed.record.path.stem}"
+    candidate = Candidate(task.name, target.name, extraction.source, origin, language.name)
     verdicts = pipeline.evaluate(candidate, family, task, target, family.shapes("visible"))
     judged = {"kernel": candidate.origin, "verdicts": [v.to_json() for v in verdicts]}
     found, speedup = verification(judged)
