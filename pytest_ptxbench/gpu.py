@@ -27,7 +27,7 @@ from .replay.client import Runner, RunnerFailed
 from .replay.timer import interleave
 from .stages import check, profile, sanitize, timing
 from .targets import Target
-from .task.catalogue import AxisValue, Family, Shape, Task
+from .task.catalogue import AxisValue, Family, Shape, Task, resolved_params
 from .toolchain import find_library, find_tool
 from .verdict import Status, Verdict
 from .workers import PACKAGE_ROOT, Child, ChildFailed, Sandbox, child_command, child_environment, make_sandbox
@@ -47,20 +47,6 @@ class Prepared:
     labels: list[str]
     libraries: dict[str, Any]  # versions: torch, cuDNN, the device, and what the baseline requires
     unavailable: str | None  # why the baseline cannot run here, e.g. its library cannot be imported
-
-
-def resolved_params(family: Family, values: dict[str, AxisValue]) -> list[dict[str, Any]]:
-    """The launcher's parameters with shapes and scalar values computed for one shape."""
-    out = []
-    for p in family.launcher.params:
-        entry: dict[str, Any] = {"name": p.name, "role": p.role, "ctype": p.ctype, "dtype": p.dtype}
-        if p.shape:
-            entry["shape"] = [int(d(values)) for d in p.shape]
-        if p.value is not None:
-            value = p.value(values)
-            entry["value"] = float(value) if p.ctype in ("float", "double") else int(value)
-        out.append(entry)
-    return out
 
 
 class GpuStages:

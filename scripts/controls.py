@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pytest_ptxbench.gpu import TRUSTED_TIMEOUT, GpuStages, resolved_params
+from pytest_ptxbench.gpu import TRUSTED_TIMEOUT, GpuStages
 from pytest_ptxbench.settings import defaults
 from pytest_ptxbench.stages import check
-from pytest_ptxbench.task.catalogue import load_family
+from pytest_ptxbench.task.catalogue import load_family, resolved_params
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCKS, PER_BLOCK, WARMUP = 5, 10, 10

@@ -98,9 +98,11 @@ def _everything(verdict: Verdict) -> str:
     return json.dumps(verdict.to_json()) + Path(verdict.data["log"]).read_text()
 
 
-def test_the_build_stage_needs_no_gpu_extra() -> None:
-    """The README's CPU machine has the toolchain extra only: building imports neither numpy nor torch."""
-    code = "import sys, pytest_ptxbench.stages.build; print(sorted({'numpy', 'torch'} & set(sys.modules)))"
+@pytest.mark.parametrize("stage", ["build", "triton_build", "inspect"])
+def test_the_static_stages_need_no_gpu_extra(stage: str) -> None:
+    """The README's CPU machine has the toolchain extra only: building (CUDA or Triton) and inspecting import
+    neither numpy nor torch."""
+    code = f"import sys, pytest_ptxbench.stages.{stage}; print(sorted({{'numpy', 'torch'}} & set(sys.modules)))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr
 

@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
-# Storage dtypes: bf16 travels as its raw 16 bits.
-NUMPY: dict[str, np.dtype[Any]] = {
-    "bf16": np.dtype(np.uint16),
-    "fp16": np.dtype(np.float16),
-    "fp32": np.dtype(np.float32),
-}
+# Storage dtypes (numpy's names): bf16 travels as its raw 16 bits. numpy is imported where arrays are read
+# or written, so that the protocol alone (the static stages spawn children too) needs no numpy.
+STORED = {"bf16": "uint16", "fp16": "float16", "fp32": "float32"}
 ITEMSIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 
@@ -37,6 +35,8 @@ def receive(stream: IO[str]) -> dict[str, Any] | None:
 
 
 def save(path: Path, array: np.ndarray) -> None:
+    import numpy as np
+
     path.parent.mkdir(parents=True, exist_ok=True)
     np.ascontiguousarray(array).tofile(path)
 
@@ -44,18 +44,24 @@ def save(path: Path, array: np.ndarray) -> None:
 def load(path: Path, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
     """A raw array file as written by `save`, mapped read-only (outputs and references of a shape reach
     hundreds of MB: the comparison then reads them a chunk at a time); the size must match the shape exactly."""
+    import numpy as np
+
     expected = int(np.prod(shape)) * ITEMSIZE[dtype]
     actual = path.stat().st_size
     if actual != expected:
         raise ValueError(f"{path}: {actual} bytes, expected {expected} for {dtype}{list(shape)}")
-    array: np.ndarray = np.memmap(path, dtype=NUMPY[dtype], mode="r", shape=shape)
+    array: np.ndarray = np.memmap(path, dtype=np.dtype(STORED[dtype]), mode="r", shape=shape)
     return array
 
 
 def bf16_to_float(bits: np.ndarray) -> np.ndarray:
+    import numpy as np
+
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
 def as_float(array: np.ndarray, dtype: str) -> np.ndarray:
     """Stored values as float32 (bf16 from its bits)."""
+    import numpy as np
+
     return bf16_to_float(array) if dtype == "bf16" else array.astype(np.float32)

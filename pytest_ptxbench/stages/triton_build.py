@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import process
-from ..gpu import resolved_params
 from ..languages import run_params
 from ..sandbox import Sandbox, make_sandbox
 from ..targets import Target
-from ..task.catalogue import AxisValue, Family, Task
+from ..task.catalogue import AxisValue, Family, Task, resolved_params
 from ..verdict import Status, Verdict
 from ..workers import PACKAGE_ROOT, child_command, child_environment
 

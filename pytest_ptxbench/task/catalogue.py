@@ -569,3 +569,17 @@ def replace_hidden(families: list[Family], path: Path) -> list[Family]:
             family = replace(family, hidden=tuple(s for _, s in hidden))
         out.append(family)
     return out
+
+
+def resolved_params(family: Family, values: dict[str, AxisValue]) -> list[dict[str, Any]]:
+    """The launcher's parameters with shapes and scalar values computed for one shape."""
+    out = []
+    for p in family.launcher.params:
+        entry: dict[str, Any] = {"name": p.name, "role": p.role, "ctype": p.ctype, "dtype": p.dtype}
+        if p.shape:
+            entry["shape"] = [int(d(values)) for d in p.shape]
+        if p.value is not None:
+            value = p.value(values)
+            entry["value"] = float(value) if p.ctype in ("float", "double") else int(value)
+        out.append(entry)
+    return out
