@@ -22,7 +22,8 @@ from typing import Any
 from .candidate import Candidate
 from .checkout import CheckoutGuard
 from .child import wire
-from .replay.capturing import Captured, CaptureFailed, buffer_sizes, capture
+from .languages import LANGUAGES
+from .replay.capturing import Captured, CaptureFailed, Own, buffer_sizes, capture
 from .replay.client import Runner, RunnerFailed
 from .replay.timer import interleave
 from .stages import check, profile, sanitize, timing
@@ -194,10 +195,11 @@ class GpuStages:
         key = (subject.candidate.digest, prepared.key)
         if key not in self._captures:
             code, family = subject.code, subject.family
+            language = LANGUAGES[subject.candidate.lang]
             request = {
                 "cudart": str(find_library("libcudart.so.13")),
-                "library": str(code.library),
-                "launcher": family.launcher.name,
+                "host": str(code.host),
+                "entry": language.entry(family),
                 "params": prepared.params,
                 "inputs": [p["name"] for p in prepared.params if p["role"] == "input"],
             }
@@ -205,7 +207,9 @@ class GpuStages:
             folder = self.scratch / "captures" / subject.candidate.digest / prepared.key
             for attempt in range(ATTEMPTS):
                 try:
-                    self._captures[key] = capture(request, sizes, set(code.own), folder, self.sandbox, timeout)
+                    self._captures[key] = capture(
+                        language.capture_child, request, sizes, code.owned, folder, self.sandbox, timeout
+                    )
                     break
                 except CaptureFailed as exc:
                     if not exc.relocated or attempt == ATTEMPTS - 1:
@@ -395,19 +399,24 @@ class Cubin:
 
 @dataclass(frozen=True)
 class Code:
-    """What the static stages established: the library (its host code only ever runs in the capture child),
-    the candidate's own kernels (mangled → readable) and the cubins the runner loads."""
+    """What the static stages established: the file of host code (a library, a Triton module: it only ever
+    runs in the capture child), the candidate's own kernels (mangled → readable) and the cubins the runner
+    loads."""
 
-    library: Path
+    host: Path
     own: dict[str, str]
     cubins: tuple[Cubin, ...]
+
+    @property
+    def owned(self) -> Own:
+        return Own(frozenset(self.own), frozenset(c.sha256 for c in self.cubins))
 
     @classmethod
     def of(cls, static: Sequence[Verdict]) -> Code:
         by_stage = {v.stage: v for v in static}
         built, inspected = by_stage["build"], by_stage["inspect"]
         cubins = tuple(Cubin(Path(c["path"]), c["sha256"]) for c in inspected.data["cubins"])
-        return cls(Path(built.data["library"]), dict(inspected.data["kernels"]), cubins)
+        return cls(Path(built.data["host"]), dict(inspected.data["kernels"]), cubins)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 A language says what its file is (suffix, the fence a model's reply puts it in, what it must define), what
 the model is told about it, and how the static stages turn it into cubins and judge them. The GPU stages
-that follow see only cubins and launch lists, whatever the language.
+that follow see only cubins and launch lists, whatever the language; its capture child is the one place its
+host code runs on a GPU.
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ class Language(Protocol):
     @property
     def fences(self) -> tuple[str, ...]:
         """Info words of the Markdown fences a model may put the file in."""
+        ...
+
+    @property
+    def capture_child(self) -> str:
+        """The module under `child/` that runs the candidate's host code under stream capture."""
         ...
 
     @property
@@ -75,6 +81,7 @@ class Cuda:
     name: str = "cuda"
     suffix: str = ".cu"
     fences: tuple[str, ...] = ("cuda", "cu", "cpp", "c++")
+    capture_child: str = "capture"
     per_task: bool = False
 
     def entry(self, family: Family) -> str:
@@ -120,7 +127,7 @@ class Cuda:
         if not built.passed:
             return [built]
         required = family.opcodes.get(target.name, ())
-        return [built, inspect(Path(built.data["library"]), target, required, family.launcher.name, timeout=120)]
+        return [built, inspect(Path(built.data["host"]), target, required, family.launcher.name, timeout=120)]
 
 
 @dataclass(frozen=True)
@@ -128,6 +135,7 @@ class Triton:
     name: str = "triton"
     suffix: str = ".py"
     fences: tuple[str, ...] = ("python", "py")
+    capture_child: str = "triton_capture"
     per_task: bool = True
 
     def entry(self, family: Family) -> str:

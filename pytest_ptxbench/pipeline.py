@@ -100,12 +100,6 @@ class Pipeline:
         overrides: Mapping[str, Any],
     ) -> list[Verdict]:
         """check, profile, sanitize and time on each shape, on a device of the target's architecture."""
-        if candidate.lang != "cuda":
-            message = (
-                f"{candidate.lang} candidates are built and inspected; capturing and replaying their launches on the GPU"
-                " is not built yet"
-            )
-            return [Verdict(stage, Status.SKIPPED, message) for stage in GPU_STAGES]
         devices = self._devices()
         device = device_for(target, devices)
         if device is None:

@@ -50,7 +50,7 @@ def build(source: Path, family: Family) -> tuple[ctypes.CDLL, Verdict]:
     ctypes.CDLL(
         "libcuda.so.1", mode=ctypes.RTLD_GLOBAL
     )  # for cuTensorMapEncodeTiled, which the library leaves undefined
-    lib = ctypes.CDLL(built.data["library"])
+    lib = ctypes.CDLL(built.data["host"])
     getattr(lib, family.launcher.name).restype = ctypes.c_int
     return lib, built
 

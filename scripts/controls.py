@@ -107,7 +107,7 @@ def replay() -> list[str]:
         a = stages.replayer(subject, prepared, stages.private / "a")
         b = stages.replayer(subject, prepared, stages.private / "b")
         aa = interleave(a, lambda count, first: b.time(0, count, first, []).runs, 50, 10, lambda i, f: None)
-        direct = _direct(static[0].data["library"], gemm.launcher.name)
+        direct = _direct(static[0].data["host"], gemm.launcher.name)
         runner_ms: list[float] = []
         runner_events: list[float] = []
         a.time(0, WARMUP, 0, [])

@@ -223,7 +223,7 @@ def main() -> None:
     _, built = build(args.source, FAMILY)
     compiled = figures(built)
     print("\n".join(compiled), flush=True)
-    results = run_all(built.data["library"], cases(args.skip_time))
+    results = run_all(built.data["host"], cases(args.skip_time))
     print()
     print(table(results, compiled))
     if not all(r.get("passed") for r in results.values()):

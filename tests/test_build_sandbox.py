@@ -163,10 +163,8 @@ def test_embedding_a_harness_file_fails_in_the_sandbox(
     unconfined = _build(gemm, source, tmp_path / "off", "off")
     # Without the sandbox the assembler takes the file in (nothing else sees `.incbin`): the library holds it.
     assert unconfined.passed, unconfined.message
-    assert b"ptxbench_gemm" in Path(unconfined.data["library"]).read_bytes()
-    assert (TASKS / "reference" / "h100" / "gemm.cu").read_bytes()[:200] in Path(
-        unconfined.data["library"]
-    ).read_bytes()
+    assert b"ptxbench_gemm" in Path(unconfined.data["host"]).read_bytes()
+    assert (TASKS / "reference" / "h100" / "gemm.cu").read_bytes()[:200] in Path(unconfined.data["host"]).read_bytes()
     confined = _build(gemm, source, tmp_path / "auto", sandbox)
     assert confined.status is Status.FAILED
     assert f"Error: file not found: {(TASKS / 'reference' / 'h100' / 'gemm.cu').resolve()}" in confined.message

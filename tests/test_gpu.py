@@ -42,9 +42,9 @@ def _task(family: Family, name: str) -> Task:
 
 
 def _run(
-    pipeline: Pipeline, family: Family, source: str, task: str = "gemm-n128-k2048", m: int = 256
+    pipeline: Pipeline, family: Family, source: str, task: str = "gemm-n128-k2048", m: int = 256, lang: str = "cuda"
 ) -> dict[str, Verdict]:
-    candidate = Candidate(task, "h100", source, "planted")
+    candidate = Candidate(task, "h100", source, "planted", lang)
     shape = Shape({"M": m}, f"m{m}", hidden=False)
     verdicts = pipeline.evaluate(candidate, family, _task(family, task), H100, [shape])
     return {v.stage: v for v in verdicts}
@@ -73,6 +73,34 @@ def test_reference_gemm_passes_every_stage(pipeline: Pipeline, gemm: Family) -> 
         + f"; GPU stages {sum(v.seconds for s, v in verdicts.items() if s not in ('build', 'inspect')):.1f} s"
         + f"; build sandbox: {verdicts['build'].data.get('sandbox')}"
     )
+
+
+def test_reference_triton_gemm_passes_every_stage(pipeline: Pipeline, gemm: Family) -> None:
+    """The Triton reference through capture (its `run` in the Triton capture child) and replay of the cubins the
+    build produced: every stage, at the core shape."""
+    source = (TASKS / "reference" / "h100" / "gemm.py").read_text()
+    verdicts = _run(pipeline, gemm, source, task="gemm-n7168-k5120", m=8192, lang="triton")
+    assert {s: v.status for s, v in verdicts.items()} == dict.fromkeys(
+        ("build", "inspect", "check", "profile", "sanitize", "time"), Status.PASSED
+    ), "; ".join(f"{s}: {v.message}" for s, v in verdicts.items() if not v.passed)
+    built = {c["sha256"] for c in verdicts["inspect"].data["cubins"]}
+    assert verdicts["profile"].data["executed"]["HGMMA.*.F32.BF16"] > 0
+    time, check = verdicts["time"].data, verdicts["check"].data
+    print(
+        f"core GEMM, Triton: {time['median_ms']:.4f} ms vs cuBLAS {time['baseline_median_ms']:.4f} ms"
+        f" ({time['speedup']:.3f}x); capture {check['capture_seconds']:.1f} s, runner start"
+        f" {check['runner_seconds']:.1f} s; {len(built)} cubins built; stage seconds "
+        + ", ".join(f"{s} {v.seconds:.1f}" for s, v in verdicts.items())
+    )
+
+
+def test_a_triton_candidate_that_launches_a_torch_kernel_fails_check(pipeline: Pipeline, gemm: Family) -> None:
+    verdicts = _run(
+        pipeline, _no_opcodes(gemm), (PLANTED / "triton_launches_torch.py").read_text(), m=256, lang="triton"
+    )
+    assert verdicts["build"].passed and verdicts["inspect"].passed
+    assert verdicts["check"].status is Status.FAILED
+    assert "kernels not in the candidate's own module were launched" in verdicts["check"].message
 
 
 def test_ragged_m_is_correct(pipeline: Pipeline, gemm: Family) -> None:
@@ -301,7 +329,7 @@ def test_a_write_into_the_checkout_fails_check_without_a_sandbox(
 
     candidate = Candidate("gemm-n128-k2048", "h100", (PLANTED / "writes_into_checkout.cu").read_text(), "planted")
     built = build(candidate, gemm.launcher, H100, tmp_path / "build", 300)
-    refused = inspect(Path(built.data["library"]), H100, (), gemm.launcher.name, timeout=120)
+    refused = inspect(Path(built.data["host"]), H100, (), gemm.launcher.name, timeout=120)
     assert refused.status is Status.FAILED and {"getenv", "fopen"} <= set(refused.data["forbidden_imports"])
     stages = GpuStages({**pipeline.settings, "sandbox": "off"}, tmp_path / "run")
     planted = TASKS / "planted-by-a-candidate.txt"
@@ -333,7 +361,7 @@ def test_work_left_to_a_helper_thread_is_never_replayed(pipeline: Pipeline, gemm
 
     candidate = Candidate("gemm-n128-k2048", "h100", (PLANTED / "helper_thread_finishes.cu").read_text(), "planted")
     built = build(candidate, gemm.launcher, H100, tmp_path / "build", 300)
-    refused = inspect(Path(built.data["library"]), H100, (), gemm.launcher.name, timeout=120)
+    refused = inspect(Path(built.data["host"]), H100, (), gemm.launcher.name, timeout=120)
     assert refused.status is Status.FAILED and "pthread_create" in refused.data["forbidden_imports"]
     allowed = Verdict("inspect", Status.PASSED, "", refused.data)
     stages = GpuStages(dict(pipeline.settings), tmp_path / "run")
@@ -369,7 +397,7 @@ def test_load_time_code_that_rewrites_the_clock_changes_nothing(
         for name, text in (("rewriting", source), ("honest", honest)):
             candidate = Candidate(task.name, "h100", text, "planted")
             built = build(candidate, gemm.launcher, H100, tmp_path / name, 300)
-            inspected = inspect(Path(built.data["library"]), H100, (), gemm.launcher.name, timeout=120)
+            inspected = inspect(Path(built.data["host"]), H100, (), gemm.launcher.name, timeout=120)
             if name == "rewriting":
                 assert inspected.status is Status.FAILED and "dlsym" in inspected.data["forbidden_imports"]
             allowed = Verdict("inspect", Status.PASSED, "", inspected.data)

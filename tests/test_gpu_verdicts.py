@@ -264,7 +264,7 @@ def test_a_child_answers_errors_and_dies_cleanly(tmp_path: Path) -> None:
             "error_type": "ValueError",
             "fatal": False,
         }
-        request = {"op": "capture", "cudart": str(tmp_path / "libcudart.so.13"), "library": "x.so", "launcher": "f"}
+        request = {"op": "capture", "cudart": str(tmp_path / "libcudart.so.13"), "host": "x.so", "entry": "f"}
         reply = child.request({**request, "params": [], "placements": [], "poison": 0xFF}, timeout=60)
         assert not reply["ok"] and reply["error"].startswith("OSError:")
         child.process.stdin.close()  # type: ignore[union-attr]

@@ -446,7 +446,7 @@ def _realistic_verdicts(build_and_inspect: BuildAndInspect, run: Path, scratch: 
     launches = ncu.parse_raw_csv((DATA / "reference_gemm_core.ncu.csv").read_text())
     work = profile.Work(2 * 8192 * 7168 * 5120, 0.5)
     profiled = profile._judge(launches, {launches[0].kernel: "gemm"}, ("HGMMA.*.F32.BF16",), work, "2025.3.1", 1.0)
-    library = built.data["library"]
+    library = built.data["host"]
     findings = {  # compute-sanitizer's lines as sanitize keeps them
         "memcheck": [
             "Invalid __global__ write of size 4 bytes",

@@ -3,12 +3,13 @@ and the secret recheck schedule. The capture child and the runner themselves run
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
 
 from pytest_ptxbench.child.serving import answer
-from pytest_ptxbench.replay.capturing import CaptureFailed, validated
+from pytest_ptxbench.replay.capturing import CaptureFailed, Own, validated
 from pytest_ptxbench.replay.launches import Copy, Kernel, LaunchList, Memset, Upload
 from pytest_ptxbench.replay.placement import ALIGN, GRANULE, RESERVE_ALIGN, TAIL, Placement, Relocated, place
 from pytest_ptxbench.replay.timer import RECHECKS, recheck_schedule
@@ -56,6 +57,8 @@ def test_launch_lists_round_trip_and_name_what_is_malformed() -> None:
     launches = LaunchList(0, ops)
     assert LaunchList.from_json(launches.to_json()) == launches
     assert launches.kernels == [ops[1]]
+    from_one_cubin = LaunchList(0, (dataclasses.replace(_kernel(), module="ab12"),))  # a Triton specialisation
+    assert LaunchList.from_json(from_one_cubin.to_json()) == from_one_cubin
     with pytest.raises(ValueError, match="launch list format 'other/1'"):
         LaunchList.from_json({**launches.to_json(), "format": "other/1"})
     raw = launches.to_json()
@@ -71,7 +74,13 @@ def test_what_the_harness_refuses_to_replay() -> None:
     placements = place(SIZES, 2)
     a, c = placements[0].buffers["A"], placements[0].buffers["C"]
     good = tuple(LaunchList(p.index, (_kernel(),)) for p in placements)
-    assert validated(good, placements, {"A", "B"}, {"_Z4gemmv"}).kernels == {"_Z4gemmv"}
+    own = Own(frozenset({"_Z4gemmv"}), frozenset({"ab12"}))
+    assert validated(good, placements, {"A", "B"}, own).kernels == {"_Z4gemmv"}
+    from_a_built_cubin = dataclasses.replace(_kernel(), module="ab12")
+    assert (
+        validated((LaunchList(0, (from_a_built_cubin,)), good[1]), placements, {"A", "B"}, own).lists[0].kernels[0]
+        == from_a_built_cubin
+    )
     cases = {
         "a memset writes into A, which the launcher may only read": (Memset(a.pointer, 0, 1, 16, 1, 0), _kernel()),
         f"a memset writes {c.nbytes + 2} bytes at {c.pointer:#x}, outside the call's buffers": (
@@ -81,14 +90,16 @@ def test_what_the_harness_refuses_to_replay() -> None:
         f"a copy reads 8 bytes at {c.end:#x}, outside the call's buffers": (Copy(c.pointer, c.end, 8), _kernel()),
         "the launcher launched no kernel (placement 0)": (),
         "kernels not in the candidate's own module were launched: nvjet_sm90_tst": (_kernel("nvjet_sm90_tst"),),
+        "_Z4gemmv ran from code the build did not produce (a specialisation compiled only when run on the GPU, or a"
+        " module loaded by the candidate)": (dataclasses.replace(_kernel(), module="cd34"),),
     }
     for message, ops in cases.items():
         lists = (LaunchList(0, ops), good[1])
         with pytest.raises(CaptureFailed) as refused:
-            validated(lists, placements, {"A", "B"}, {"_Z4gemmv"})
+            validated(lists, placements, {"A", "B"}, own)
         assert str(refused.value) == message
     with pytest.raises(CaptureFailed, match="one launch list per placement"):
-        validated(good[:1], placements, {"A", "B"}, {"_Z4gemmv"})
+        validated(good[:1], placements, {"A", "B"}, own)
 
 
 def test_the_rechecked_runs_are_secret_and_enough() -> None:

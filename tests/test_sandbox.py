@@ -46,7 +46,7 @@ def _library(build_and_inspect: BuildAndInspect, name: str, forbidden: set[str])
     built, inspected = build_and_inspect(PLANTED / name, required=())
     assert inspected is not None and inspected.status.value == "failed"
     assert forbidden <= set(inspected.data["forbidden_imports"]), inspected.message
-    return Path(built.data["library"])
+    return Path(built.data["host"])
 
 
 def _call(
@@ -164,7 +164,7 @@ def test_a_hidden_system_call_passes_the_allow_list_and_still_forges_nothing(
     child = Child("capture", tmp_path / "child", child_environment(tmp_path / "child"))
     try:
         with pytest.raises(ChildFailed, match=r"a reply to 'capture' without its request's nonce: something other"):
-            child.request(_capture_request(cudart, Path(built.data["library"])), timeout=60)
+            child.request(_capture_request(cudart, Path(built.data["host"])), timeout=60)
         assert not child.alive
     finally:
         child.close()
@@ -212,7 +212,7 @@ def test_a_candidates_abort_reads_as_sigabrt(
     child = Child("capture", tmp_path / "child", child_environment(tmp_path / "child"), prefix)
     try:
         with pytest.raises(ChildFailed, match=r"the capture child died .*\(signal SIGABRT\)"):
-            child.request(_capture_request(cudart, Path(built.data["library"])), timeout=60)
+            child.request(_capture_request(cudart, Path(built.data["host"])), timeout=60)
     finally:
         child.close()
 
@@ -222,8 +222,8 @@ def _capture_request(cudart: Path, library: Path) -> dict[str, object]:
     return {
         "op": "capture",
         "cudart": str(cudart),
-        "library": str(library),
-        "launcher": "ptxbench_gemm",
+        "host": str(library),
+        "entry": "ptxbench_gemm",
         "params": [],
         "placements": [],
         "poison": 0xFF,

@@ -35,9 +35,9 @@ def _ctype(declared: str) -> Any:
 class Capture:
     def __init__(self, request: dict[str, Any]) -> None:
         self.runtime = Runtime(Path(request["cudart"]))  # the copy the candidate's library resolves to
-        library = ctypes.CDLL(request["library"])  # the candidate's host code runs from here on
+        library = ctypes.CDLL(request["host"])  # the candidate's host code runs from here on
         self.params: list[dict[str, Any]] = request["params"]
-        self.launch = getattr(library, request["launcher"])
+        self.launch = getattr(library, request["entry"])
         self.launch.argtypes = [_ctype(p["ctype"]) for p in self.params]
         self.launch.restype = ctypes.c_int
         from . import driver  # cuda-python: only once a library is loaded (CPU tests load without a GPU)

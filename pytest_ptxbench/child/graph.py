@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Mapping
 from typing import Any
 
 from cuda.bindings import driver as cu
@@ -35,12 +36,13 @@ def begin(stream: Any) -> None:
     driver.ok("cuStreamBeginCapture", cu.cuStreamBeginCapture(stream, mode))
 
 
-def end(stream: Any, placement: int) -> LaunchList | str:
-    """The launch list of the capture on `stream`, or why the capture failed."""
+def end(stream: Any, placement: int, origins: Mapping[int, str] | None = None) -> LaunchList | str:
+    """The launch list of the capture on `stream`, or why the capture failed. `origins`: the sha256 of the
+    cubin each loaded function (by handle) came from, where the capture child knows it."""
     status, graph = cu.cuStreamEndCapture(stream)
     if status != cu.CUresult.CUDA_SUCCESS:
         return str(driver.DriverError("cuStreamEndCapture", status))
-    return LaunchList(placement, tuple(_operation(node) for node in _chain(graph)))
+    return LaunchList(placement, tuple(_operation(node, origins or {}) for node in _chain(graph)))
 
 
 def _chain(graph: Any) -> list[Any]:
@@ -69,11 +71,11 @@ def _chain(graph: Any) -> list[Any]:
     return ordered
 
 
-def _operation(node: Any) -> Operation:
+def _operation(node: Any, origins: Mapping[int, str]) -> Operation:
     kind = driver.ok("cuGraphNodeGetType", cu.cuGraphNodeGetType(node))
     name = kind.name.removeprefix("CU_GRAPH_NODE_TYPE_")
     if name == "KERNEL":
-        return _kernel(node)
+        return _kernel(node, origins)
     if name == "MEMSET":
         p = driver.ok("cuGraphMemsetNodeGetParams", cu.cuGraphMemsetNodeGetParams(node))
         return Memset(int(p.dst), int(p.value), int(p.elementSize), int(p.width), int(p.height), int(p.pitch))
@@ -84,7 +86,7 @@ def _operation(node: Any) -> Operation:
     )
 
 
-def _kernel(node: Any) -> Kernel:
+def _kernel(node: Any, origins: Mapping[int, str]) -> Kernel:
     p = driver.ok("cuGraphKernelNodeGetParams", cu.cuGraphKernelNodeGetParams(node))
     function = p.func
     if int(function) == 0 and int(p.kern) != 0:
@@ -105,6 +107,7 @@ def _kernel(node: Any) -> Kernel:
         int(p.sharedMemBytes),
         bytes(buffer),
         _attributes(node, function),
+        origins.get(int(function), ""),
     )
 
 

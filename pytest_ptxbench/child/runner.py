@@ -42,9 +42,9 @@ class Runner:
         for placement in self.placements:
             driver.map_placement(placement, device, CANARY)
         self.lists = [LaunchList.from_json(raw) for raw in request["launches"]]
-        self.images = [_verified(Path(c["path"]), c["sha256"]) for c in request["cubins"]]
+        self.images = {c["sha256"]: _verified(Path(c["path"]), c["sha256"]) for c in request["cubins"]}
         self.stream = driver.stream()
-        self.modules: list[Any] = []
+        self.modules: dict[str, Any] = {}  # by the sha256 of the cubin
         self.graphs: list[Any] = []
         self._keep: list[Any] = []  # parameter and upload storage the graphs point into
         self.sets: list[dict[str, int]] = []
@@ -55,16 +55,22 @@ class Runner:
     # device code ---------------------------------------------------------------------------------
     def load(self) -> dict[str, Any]:
         """(Re)load the cubins, so device globals start fresh, and rebuild every placement's graph."""
-        for module in self.modules:
+        for module in self.modules.values():
             driver.ok("cuModuleUnload", cu.cuModuleUnload(module))
-        self.modules = [driver.ok("cuModuleLoadData", cu.cuModuleLoadData(image)) for image in self.images]
+        self.modules = {
+            sha: driver.ok("cuModuleLoadData", cu.cuModuleLoadData(image)) for sha, image in self.images.items()
+        }
         self._keep = []
-        functions = {op.name: self._function(op) for launches in self.lists for op in launches.kernels}
+        functions = {(op.module, op.name): self._function(op) for launches in self.lists for op in launches.kernels}
         self.graphs = [self._graph(launches, functions) for launches in self.lists]
-        return {"kernels": sorted(functions)}
+        return {"kernels": sorted({name for _, name in functions})}
 
     def _function(self, op: Kernel) -> Any:
-        for module in self.modules:
+        if op.module and op.module not in self.modules:
+            raise ReplayError(
+                f"the launch list names {op.name} from a cubin the build did not produce (a foreign kernel)"
+            )
+        for module in [self.modules[op.module]] if op.module else self.modules.values():
             status, function = cu.cuModuleGetFunction(module, op.name.encode())
             if status == cu.CUresult.CUDA_SUCCESS:
                 if op.shared_bytes > 48 * 1024:
@@ -82,7 +88,7 @@ class Runner:
     def _set(function: Any, attribute: Any, value: int) -> None:
         driver.ok("cuFuncSetAttribute", cu.cuFuncSetAttribute(function, attribute, int(value)))
 
-    def _graph(self, launches: LaunchList, functions: dict[str, Any]) -> Any:
+    def _graph(self, launches: LaunchList, functions: dict[tuple[str, str], Any]) -> Any:
         mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
         driver.ok("cuStreamBeginCapture", cu.cuStreamBeginCapture(self.stream, mode))
         try:
@@ -92,10 +98,10 @@ class Runner:
             graph = driver.ok("cuStreamEndCapture", cu.cuStreamEndCapture(self.stream))
         return driver.ok("cuGraphInstantiate", cu.cuGraphInstantiate(graph, 0))
 
-    def _replay(self, op: Kernel | Memset | Copy | Upload, functions: dict[str, Any]) -> None:
+    def _replay(self, op: Kernel | Memset | Copy | Upload, functions: dict[tuple[str, str], Any]) -> None:
         s = self.stream
         if isinstance(op, Kernel):
-            self._launch(op, functions[op.name])
+            self._launch(op, functions[(op.module, op.name)])
         elif isinstance(op, Memset) and op.height == 1:
             driver.ok("cuMemsetAsync", _MEMSETS[op.element_size](op.dst, op.value, op.width, s))
         elif isinstance(op, Memset):

@@ -1,5 +1,6 @@
-"""Capturing one candidate's launches for one shape: the capture child (sandboxed) calls the launcher at
-two buffer placements; the harness validates what came back before anything is replayed."""
+"""Capturing one candidate's launches for one shape: the language's capture child (sandboxed) calls the
+candidate's entry point at two buffer placements; the harness validates what came back before anything is
+replayed."""
 
 from __future__ import annotations
 
@@ -54,18 +55,28 @@ def buffer_sizes(
     return sizes
 
 
+@dataclass(frozen=True)
+class Own:
+    """What the build produced: the kernels' names and the cubins' sha256."""
+
+    kernels: frozenset[str]
+    cubins: frozenset[str]
+
+
 def capture(
+    child_module: str,
     request: dict[str, Any],
     sizes: dict[str, int],
-    own: set[str],
+    own: Own,
     folder: Path,
     sandbox: Sandbox,
     timeout: float,
 ) -> Captured:
-    """`request`: the library, launcher, parameters and cudart; raises CaptureFailed."""
+    """`child_module`: the language's capture child; `request`: the host file, its entry point, the
+    parameters and cudart. Raises CaptureFailed."""
     placements = place(sizes, PLACEMENTS)
     env = child_environment(folder, {"CUDA_MODULE_LOADING": "EAGER"})  # no module loads inside the capture
-    child = Child("capture", folder, env, prefix=sandbox.prefix)
+    child = Child(child_module, folder, env, prefix=sandbox.prefix)
     try:
         reply = child.request(
             {**request, "op": "capture", "placements": [p.to_json() for p in placements], "poison": POISON}, timeout
@@ -83,9 +94,7 @@ def capture(
     return validated(lists, placements, set(request["inputs"]), own)
 
 
-def validated(
-    lists: tuple[LaunchList, ...], placements: tuple[Placement, ...], inputs: set[str], own: set[str]
-) -> Captured:
+def validated(lists: tuple[LaunchList, ...], placements: tuple[Placement, ...], inputs: set[str], own: Own) -> Captured:
     """The launch lists the harness agrees to replay; CaptureFailed names everything it refuses."""
     if [x.placement for x in lists] != [p.index for p in placements]:
         raise CaptureFailed("the capture child did not return one launch list per placement")
@@ -94,9 +103,15 @@ def validated(
         if not launches.kernels:
             problems.append(f"the launcher launched no kernel (placement {placement.index})")
         problems += launches.problems(placement, set(placement.buffers) - inputs)
-        foreign = sorted({k.name for k in launches.kernels} - own)
+        foreign = sorted({k.name for k in launches.kernels} - own.kernels)
         if foreign:
             problems.append(f"kernels not in the candidate's own module were launched: {', '.join(foreign[:5])}")
+        elsewhere = sorted({k.name for k in launches.kernels if k.module and k.module not in own.cubins})
+        if elsewhere:
+            problems.append(
+                f"{', '.join(elsewhere[:5])} ran from code the build did not produce (a specialisation compiled only"
+                " when run on the GPU, or a module loaded by the candidate)"
+            )
     if problems:
         raise CaptureFailed("; ".join(dict.fromkeys(problems)))
     return Captured(placements, lists)

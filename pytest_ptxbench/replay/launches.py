@@ -1,7 +1,8 @@
 """The launch list: what a launcher did under stream capture, as data (format `ptxbench-launches/1`).
 
 Language-neutral: a CUDA launcher and a Triton `run` produce the same thing. Operations run in order on
-one stream: kernel launches (by mangled name, with their parameter bytes), memsets and device-to-device
+one stream: kernel launches (by mangled name, with their parameter bytes and, where the capture knows it, the
+cubin the kernel came from), memsets and device-to-device
 copies within the call's buffers, and uploads (host-to-device copies whose bytes were snapshotted when
 they were captured). `problems` says what makes a list unusable for the buffers it was captured at.
 """
@@ -24,6 +25,9 @@ class Kernel:
     shared_bytes: int
     params: bytes  # the parameter buffer, each argument at its offset
     attributes: dict[str, Any] = field(default_factory=dict)  # launch attributes by name: cluster, priority...
+    # the sha256 of the cubin the kernel came from (Triton builds one per specialisation, each defining the same
+    # name); "": whichever of the candidate's cubins defines the name (a CUDA build has one)
+    module: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -34,6 +38,7 @@ class Kernel:
             "shared_bytes": self.shared_bytes,
             "params": self.params.hex(),
             "attributes": self.attributes,
+            "module": self.module,
         }
 
 
@@ -144,6 +149,7 @@ def _operation(raw: dict[str, Any]) -> Operation:
             int(raw["shared_bytes"]),
             bytes.fromhex(raw["params"]),
             dict(raw.get("attributes", {})),
+            str(raw.get("module", "")),
         )
     if op == "memset":
         return Memset(*(int(raw[k]) for k in ("dst", "value", "element_size", "width", "height", "pitch")))

@@ -107,6 +107,6 @@ def build(
         "build",
         Status.PASSED,
         f"built {library.name} for {target.arch}",
-        {**data, "library": str(library)},
+        {**data, "host": str(library)},
         done.seconds,
     )

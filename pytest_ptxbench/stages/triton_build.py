@@ -94,6 +94,7 @@ def build_triton(
     data |= {
         "cubins": [{"path": str(f), "sha256": hashlib.sha256(f.read_bytes()).hexdigest()} for f in files],
         "kernels": {name: name for name in names},
+        "host": str(candidate),  # what the capture child imports, beside the build's cache (`triton-cache`)
         "launches": launches,
         "tensors": compiled["tensors"],
     }
