@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +118,7 @@ class GpuStages:
                 "key": key,
                 "family": family.name,
                 "reference": family.reference,
+                "derived": None if family.derived is None else asdict(family.derived),
                 "baseline": family.baseline,
                 "requires": list(family.timed_against.requires),
                 "params": params,
@@ -203,7 +204,7 @@ class GpuStages:
                 "params": prepared.params,
                 "inputs": [p["name"] for p in prepared.params if p["role"] == "input"],
             }
-            sizes = buffer_sizes(prepared.params, wire.ITEMSIZE, int(family.workspace_bytes(prepared.values)))
+            sizes = buffer_sizes(prepared.params, int(family.workspace_bytes(prepared.values)))
             folder = self.scratch / "captures" / subject.candidate.digest / prepared.key
             for attempt in range(ATTEMPTS):
                 try:
@@ -273,9 +274,7 @@ class GpuStages:
             got = wire.load(saved, p["dtype"], shape)
             saved.unlink()
             expected = wire.load(Path(prepared.sets[index]["reference"][p["name"]]), "fp32", shape)
-            out.append(
-                check.compare(p["name"], label, got, p["dtype"], expected, family.tolerances[p["dtype"]], poison)
-            )
+            out.append(check.compare(p["name"], label, got, p["dtype"], expected, family.tolerance(p["dtype"]), poison))
         return out
 
     def _covered(self, stage: str, subject: Subject, shape: Shape, kernels: frozenset[str]) -> Verdict:

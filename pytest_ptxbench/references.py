@@ -1,13 +1,13 @@
 """Reference implementations (torch, fp32 math on the GPU), run only in the trusted child.
 
 Each takes the inputs by parameter name and the task/shape values, and returns the outputs in fp32.
-`DERIVED_INPUTS` lists families whose inputs are partly computed from others (the backward pass needs
-the forward's O and LSE).
+A family's `derived_inputs` names the function here that computes some inputs from the drawn ones (the
+backward pass needs the forward's O and LSE).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -68,12 +68,7 @@ def attention_bwd(inputs: Mapping[str, torch.Tensor], values: Mapping[str, Any])
     return {"dQ": dq.reshape(shape), "dK": dk.reshape(shape), "dV": dv.reshape(shape)}
 
 
-def _attention_bwd_inputs(inputs: Mapping[str, torch.Tensor], values: Mapping[str, Any]) -> Tensors:
+def attention_bwd_inputs(inputs: Mapping[str, torch.Tensor], values: Mapping[str, Any], seed: int) -> Tensors:
     """O and LSE as the forward computes them from Q, K, V (O rounded to bf16 as a kernel would store it)."""
     forward = attention_fwd(inputs, values)
-    return {"O": forward["O"].to(inputs["O"].dtype), "LSE": forward["LSE"]}
-
-
-DERIVED_INPUTS: dict[str, Callable[[Mapping[str, torch.Tensor], Mapping[str, Any]], Tensors]] = {
-    "attention_bwd": _attention_bwd_inputs,
-}
+    return {"O": forward["O"].to(torch.bfloat16), "LSE": forward["LSE"]}

@@ -14,7 +14,7 @@ from pytest_ptxbench.agent.prompts import task_card
 from pytest_ptxbench.languages import CUDA
 from pytest_ptxbench.stages import check
 from pytest_ptxbench.targets import TARGETS
-from pytest_ptxbench.task.catalogue import TaskFileError, load_catalogue, load_family, replace_hidden
+from pytest_ptxbench.task.catalogue import Derived, TaskFileError, load_catalogue, load_family, replace_hidden
 from pytest_ptxbench.task.formula import MAX_LENGTH, MAX_NODES, Formula, FormulaError
 
 from .conftest import TASKS
@@ -55,6 +55,8 @@ def test_repository_catalogue() -> None:
     ]
     assert len(families["attention_fwd"].tasks) == 8 and len(families["attention_bwd"].tasks) == 6
     assert "S: 1000" in str([dict(s) for s in families["attention_fwd"].hidden]).replace("'", "")
+    assert gemm.derived is None  # every input drawn; the backward's O and LSE come from the forward
+    assert families["attention_bwd"].derived == Derived("pytest_ptxbench.references:attention_bwd_inputs", ("O", "LSE"))
 
 
 def test_the_backward_forgives_what_cudnn_itself_gets_wrong() -> None:
@@ -121,7 +123,12 @@ BROKEN = [
     ("bytes", "__import__('os')", "bytes: Call is not allowed"),
     ("opcodes.h200", ["HGMMA"], "opcodes.h200: unknown target"),
     ("opcodes.h100", [], "opcodes.h100: expected a non-empty list of opcode patterns, got []"),
-    ("launcher.params.2.dtype", "int4", "launcher.params[2].dtype: 'int4' is not one of bf16, fp16, fp32"),
+    ("launcher.params.2.dtype", "int4", "launcher.params[2].dtype: 'int4' is not one of bf16, fp16, fp32, i32, i64"),
+    ("launcher.params.0.dtype", "i32", "launcher.params: integer input 'A' is drawn from no distribution: list it in"),
+    ("launcher.params.2.dtype", "fp16", "tolerances: no tolerance for fp16, the dtype of output 'C'"),
+    ("derived_inputs", {"function": "m:f", "names": ["C"]}, "derived_inputs.names[0]: 'C' is not an input"),
+    ("derived_inputs", {"function": "m:f", "names": ["A", "B"]}, "derived_inputs.names: expected some of the inputs"),
+    ("derived_inputs", {"function": "m.f", "names": ["B"]}, "derived_inputs.function: expected 'module:function'"),
     ("launcher.params.2.role", "result", "launcher.params[2].role: 'result' is not one of"),
     (
         "launcher.params.8",
@@ -159,7 +166,7 @@ BROKEN = [
     (
         "tolerances.bf61",
         {"atol": 0, "rtol": 0},
-        "tolerances.bf61: unknown dtype (known: bf16, fp16, fp32); did you mean",
+        "tolerances.bf61: unknown dtype (known: bf16, fp16, fp32, i32, i64, u8); did you mean",
     ),
     ("opcodes.h10", ["HGMMA"], "opcodes.h10: unknown target (known: h100, b200); did you mean 'h100'?"),
     (

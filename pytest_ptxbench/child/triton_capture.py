@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..dtypes import DTYPES
 from ..replay.launches import LaunchList
 from ..replay.placement import Buffer, Placement
 from .serving import main
@@ -94,8 +95,7 @@ class TritonCapture:
         raw = torch.as_tensor(_Memory(buffer), device="cuda")
         if p["role"] == "workspace":
             return raw
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "u8": torch.uint8}[p["dtype"]]
-        return raw.view(dtype).view(tuple(p["shape"]))
+        return raw.view(getattr(torch, DTYPES[p["dtype"]].long_name)).view(tuple(p["shape"]))
 
     def arguments(self, placement: Placement) -> list[Any]:
         return [

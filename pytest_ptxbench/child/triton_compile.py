@@ -30,6 +30,8 @@ from triton.runtime.autotuner import Autotuner
 from triton.runtime.driver import driver
 from triton.runtime.jit import JITFunction
 
+from ..dtypes import DTYPES
+
 MODULE = "candidate"  # the name the candidate's file is loaded under
 ALIGNMENT = 1 << 20  # stand-in tensors lie this far apart, so every base is as aligned as a real allocation
 
@@ -70,7 +72,7 @@ class CompileOnlyDriver(DriverBase):  # type: ignore[misc]  # triton ships no ty
         raise Refused("benchmarking needs a GPU; the build compiles without one")
 
 
-class Dtype(NamedTuple):
+class TorchDtype(NamedTuple):
     """What Triton reads of a torch dtype: its name (`torch.bfloat16` → bf16) and its size."""
 
     name: str
@@ -87,19 +89,14 @@ class Device:
     index: int
 
 
-DTYPES = {
-    "bf16": Dtype("bfloat16", 2, True),
-    "fp16": Dtype("float16", 2, True),
-    "fp32": Dtype("float32", 4, True),
-    "u8": Dtype("uint8", 1, False),
-}
+STAND_IN_DTYPES = {name: TorchDtype(d.long_name, d.itemsize, d.floating) for name, d in DTYPES.items()}
 
 
 class StandIn:
     """A contiguous tensor on device 0 that holds no memory: what Triton's binder and host-side tensor
     descriptors read of a torch tensor, where torch is not importable."""
 
-    def __init__(self, shape: tuple[int, ...], dtype: Dtype, address: int) -> None:
+    def __init__(self, shape: tuple[int, ...], dtype: TorchDtype, address: int) -> None:
         self.shape, self.dtype, self._address = shape, dtype, address
         self.device = Device("cuda", 0)
 
@@ -132,8 +129,8 @@ def tensor_factory() -> tuple[str, Callable[[tuple[int, ...], str, int], Any]]:
     try:
         import torch
     except ImportError:
-        return "stand-in", lambda shape, dtype, index: StandIn(shape, DTYPES[dtype], (index + 1) * ALIGNMENT)
-    dtypes = {name: getattr(torch, d.name) for name, d in DTYPES.items()}
+        return "stand-in", lambda shape, dtype, index: StandIn(shape, STAND_IN_DTYPES[dtype], (index + 1) * ALIGNMENT)
+    dtypes = {name: getattr(torch, d.long_name) for name, d in DTYPES.items()}
     return "meta", lambda shape, dtype, index: torch.empty(shape, dtype=dtypes[dtype], device="meta")
 
 

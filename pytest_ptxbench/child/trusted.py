@@ -14,12 +14,13 @@ from typing import Any
 
 import torch
 
+from ..dtypes import DTYPES
 from . import libraries, wire
 from .cudart import Runtime
 from .timing import Clock, RunFailed
 from .tracing import Tracer
 
-TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+TORCH_DTYPES = {name: getattr(torch, d.long_name) for name, d in DTYPES.items()}
 
 
 def _resolve(path: str) -> Callable[..., Any]:
@@ -64,7 +65,9 @@ class Shape:
         hidden = Path(request["references"])  # references, which a sandboxed candidate cannot see
         self.folders = (folder, hidden)
         reference = _resolve(request["reference"])
-        derive = importlib.import_module(request["reference"].partition(":")[0]).DERIVED_INPUTS.get(request["family"])
+        derived = request["derived"]  # inputs computed from the drawn ones: {function, names}, or None
+        derive = None if derived is None else _resolve(derived["function"])
+        drawn = [p for p in self.params if p["role"] == "input" and p["name"] not in (derived or {}).get("names", ())]
         self.baseline: Callable[..., Any] | None = None
         self.baseline_path: str | None = None
         self.sets: list[dict[str, torch.Tensor]] = []
@@ -74,11 +77,13 @@ class Shape:
                 p["name"]: generate(
                     p["shape"], p["dtype"], distribution, _seed(request["seed"], request["key"], index, p["name"])
                 )
-                for p in self.params
-                if p["role"] == "input"
+                for p in drawn
             }
-            if derive is not None:
-                tensors.update(derive(tensors, self.values))
+            if derived is not None and derive is not None:
+                made = derive(tensors, self.values, _seed(request["seed"], request["key"], index, "derived"))
+                if set(made) != set(derived["names"]):
+                    raise ValueError(f"{derived['function']} returned {sorted(made)}, expected {derived['names']}")
+                tensors.update(made)
             with torch.no_grad():
                 expected = reference(tensors, self.values)
             files: dict[str, dict[str, str]] = {"inputs": {}, "reference": {}}

@@ -9,13 +9,13 @@ import json
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from ..dtypes import DTYPES
+
 if TYPE_CHECKING:
     import numpy as np
 
-# Storage dtypes (numpy's names): bf16 travels as its raw 16 bits. numpy is imported where arrays are read
-# or written, so that the protocol alone (the static stages spawn children too) needs no numpy.
-STORED = {"bf16": "uint16", "fp16": "float16", "fp32": "float32"}
-ITEMSIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
+# numpy is imported where arrays are read or written, so that the protocol alone (the static stages spawn
+# children too) needs no numpy.
 
 
 def send(stream: IO[str], message: dict[str, Any]) -> None:
@@ -46,11 +46,11 @@ def load(path: Path, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
     hundreds of MB: the comparison then reads them a chunk at a time); the size must match the shape exactly."""
     import numpy as np
 
-    expected = int(np.prod(shape)) * ITEMSIZE[dtype]
+    expected = int(np.prod(shape)) * DTYPES[dtype].itemsize
     actual = path.stat().st_size
     if actual != expected:
         raise ValueError(f"{path}: {actual} bytes, expected {expected} for {dtype}{list(shape)}")
-    array: np.ndarray = np.memmap(path, dtype=np.dtype(STORED[dtype]), mode="r", shape=shape)
+    array: np.ndarray = np.memmap(path, dtype=np.dtype(DTYPES[dtype].stored), mode="r", shape=shape)
     return array
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..dtypes import DTYPES
 from ..workers import Child, ChildFailed, Sandbox, child_environment
 from .launches import LaunchList
 from .placement import Placement, Relocated, place
@@ -41,13 +42,11 @@ class CaptureFailed(Exception):
         self.relocated = relocated
 
 
-def buffer_sizes(
-    params: Sequence[Mapping[str, Any]], itemsize: Mapping[str, int], workspace_bytes: int
-) -> dict[str, int]:
+def buffer_sizes(params: Sequence[Mapping[str, Any]], workspace_bytes: int) -> dict[str, int]:
     sizes = {}
     for p in params:
         if p["role"] in ("input", "output"):
-            n = itemsize[p["dtype"]]
+            n = DTYPES[p["dtype"]].itemsize
             for dim in p["shape"]:
                 n *= dim
             sizes[p["name"]] = n

@@ -14,12 +14,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..dtypes import DTYPES
 from ..targets import TARGETS
 from .formula import Formula, FormulaError
 from .yaml_file import YAMLFileError, read_yaml
 
 ROLES = ("input", "output", "scalar", "workspace", "workspace_bytes", "stream")
-DTYPES = ("bf16", "fp16", "fp32")
 DISTRIBUTIONS = {"normal": {"std"}, "uniform": {"low", "high"}, "spiky": {"std", "outlier_fraction", "outlier_scale"}}
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -36,6 +36,7 @@ FAMILY_FIELDS = (
     "launcher",
     "workspace_bytes",
     "reference",
+    "derived_inputs",
     "baseline",
     "baselines",
     "flops",
@@ -52,6 +53,7 @@ SHAPES_FIELDS = ("visible", "hidden")
 LAUNCHER_FIELDS = ("name", "returns", "params")
 PARAM_FIELDS = ("name", "type", "role", "dtype", "shape", "value")
 BASELINE_FIELDS = ("library", "function", "requires")
+DERIVED_FIELDS = ("function", "names")
 TOLERANCE_FIELDS = ("atol", "rtol")
 
 AxisValue = int | str
@@ -110,6 +112,15 @@ class Baseline:
 
 
 @dataclass(frozen=True)
+class Derived:
+    """Inputs computed from the drawn ones, never drawn themselves (the forward's O and LSE for a backward,
+    page tables from sequence lengths): `function(inputs, values, seed)` returns exactly `names`."""
+
+    function: str  # "module:function", run in the trusted child
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Shape:
     values: Mapping[str, AxisValue]
     id: str
@@ -125,6 +136,7 @@ class Family:
     shape_axes: tuple[str, ...]
     launcher: Launcher
     reference: str
+    derived: Derived | None
     baselines: Mapping[str, Baseline]  # "default" (the task file's `baseline:`) and each of `baselines:`
     baseline_name: str  # the one the family is timed against
     flops: Formula
@@ -157,6 +169,10 @@ class Family:
             if param.value is not None:
                 out[f"launcher.params[{i}].value"] = param.value
         return out
+
+    def tolerance(self, dtype: str) -> Tolerance:
+        """The task file's tolerance for outputs of `dtype`; integer outputs must match exactly."""
+        return self.tolerances[dtype] if DTYPES[dtype].floating else Tolerance(0.0, 0.0)
 
     @property
     def timed_against(self) -> Baseline:
@@ -311,20 +327,38 @@ class _Reader:
                     f"unknown target {target!r} (known: {', '.join(TARGETS)}){_did_you_mean(target, TARGETS)}",
                 )
         sanitizer_shape = self.shape(self.get(raw, "sanitizer_shape", Mapping, ""), shape_axes, "sanitizer_shape")
+        launcher = self.launcher(self.get(raw, "launcher", Mapping, ""), names)
+        derived = self.derived(raw["derived_inputs"], launcher) if "derived_inputs" in raw else None
+        derived_names = derived.names if derived else ()
+        drawn_integers = [
+            p.name
+            for p in launcher.params
+            if p.role == "input" and p.dtype and not DTYPES[p.dtype].floating and p.name not in derived_names
+        ]
+        if drawn_integers:
+            raise self.fail(
+                "launcher.params",
+                f"integer input {drawn_integers[0]!r} is drawn from no distribution: list it in derived_inputs.names",
+            )
+        tolerances = self.tolerances(self.get(raw, "tolerances", Mapping, ""))
+        for p in launcher.params:
+            if p.role == "output" and p.dtype and DTYPES[p.dtype].floating and p.dtype not in tolerances:
+                raise self.fail("tolerances", f"no tolerance for {p.dtype}, the dtype of output {p.name!r}")
         family = Family(
             name=name,
             file=self.path,
             description=self.get(raw, "description", str, ""),
             task_axes=task_axes,
             shape_axes=shape_axes,
-            launcher=self.launcher(self.get(raw, "launcher", Mapping, ""), names),
+            launcher=launcher,
             reference=self.callable_path(raw, "reference", ""),
+            derived=derived,
             baselines=baselines,
             baseline_name=DEFAULT_BASELINE,
             flops=self.formula(self.get(raw, "flops", (str, int), ""), names, "flops"),
             bytes=self.formula(self.get(raw, "bytes", (str, int), ""), names, "bytes"),
             workspace_bytes=self.formula(self.get(raw, "workspace_bytes", (str, int), ""), names, "workspace_bytes"),
-            tolerances=self.tolerances(self.get(raw, "tolerances", Mapping, "")),
+            tolerances=tolerances,
             matched_ratio=self.fraction(raw, "matched_ratio"),
             min_tensor_share=self.fraction(raw, "min_tensor_share") if "min_tensor_share" in raw else 0.5,
             distributions=tuple(
@@ -440,6 +474,20 @@ class _Reader:
         return Baseline(
             self.get(raw, "library", str, where), self.callable_path(raw, "function", where), tuple(requires)
         )
+
+    def derived(self, raw: Any, launcher: Launcher) -> Derived:
+        self.fields(raw, DERIVED_FIELDS, "derived_inputs")
+        inputs = [p.name for p in launcher.params if p.role == "input"]
+        names = self.get(raw, "names", list, "derived_inputs")
+        for i, name in enumerate(names):
+            if name not in inputs:
+                raise self.fail(
+                    f"derived_inputs.names[{i}]",
+                    f"{name!r} is not an input (inputs: {inputs}){_did_you_mean(name, inputs)}",
+                )
+        if not names or len(set(names)) != len(names) or set(names) == set(inputs):
+            raise self.fail("derived_inputs.names", f"expected some of the inputs, each once, not all: {names!r}")
+        return Derived(self.callable_path(raw, "function", "derived_inputs"), tuple(names))
 
     def tolerances(self, raw: Mapping[str, Any]) -> dict[str, Tolerance]:
         out = {}
