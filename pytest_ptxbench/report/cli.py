@@ -1,4 +1,4 @@
-"""The `ptxbench` command: `report`, `compare` and `fixit` over run directories."""
+"""The `ptxbench` command: `report`, `compare`, `fixit` and `export` over run directories."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from ..agent.models import MissingKey
 from ..rundir import enclosing_run, write_atomic
 from ..settings import defaults
 from ..verdict import STAGES
-from . import fixit, html
+from . import fixit, flashinfer_trace, html
 from .compare import compare
 from .runs import Run, RunError, load_run
 from .scores import score_runs
@@ -92,7 +92,7 @@ def run_fixit(args: argparse.Namespace) -> str:
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
-        prog="ptxbench", description="Reports, comparisons and repair data from ptxbench runs."
+        prog="ptxbench", description="Reports, comparisons, repair data and exports from ptxbench runs."
     )
     commands = top.add_subparsers(dest="command", required=True)
 
@@ -133,6 +133,14 @@ def parser() -> argparse.ArgumentParser:
     fix.add_argument("--target", action="append", default=[], help="targets to keep (repeatable)")
     fix.add_argument("--min-speedup", type=float, help="least speedup of the repaired kernel")
     fix.add_argument("--balance", action="store_true", help="as many examples per task as the task with the fewest")
+
+    exp = commands.add_parser("export", help="a run directory in another format (FlashInfer-Trace)")
+    exp.add_argument("run", type=Path, metavar="RUN")
+    exp.add_argument("--format", required=True, choices=flashinfer_trace.FORMATS, help="the format to write")
+    exp.add_argument("--out", type=Path, required=True, help="a new (or empty) folder for the tree")
+    exp.add_argument(
+        "--tasks", type=Path, default=Path("tasks"), help="the task catalogue the run used (default: tasks)"
+    )
     return top
 
 
@@ -145,6 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "compare":
             table = compare(load_run(args.a), load_run(args.b), args.everything)
             print(table.markdown())
+        elif args.command == "export":
+            refuse_run_directory(args.out)
+            print(flashinfer_trace.export_run(args.run, args.tasks, args.out).summary(args.out))
         else:
             print(run_fixit(args))
     except (RunError, ValueError, MissingKey, html.MissingMatplotlib) as exc:
