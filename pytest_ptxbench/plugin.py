@@ -149,6 +149,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"ptxbench: model={s['model']} target={s['gpu']} lang={s['lang']} shapes={s['shapes']} seed={s['seed']} out={harness.run.path}",
         f"ptxbench devices: {devices}",
         f"ptxbench tools: {describe(tools)}",
+        *harness.tree_header(),
         *([f"ptxbench WARNING: {mixed}"] if mixed else []),
     ]
 

@@ -31,6 +31,8 @@ from .task.catalogue import (
     load_catalogue,
     replace_hidden,
 )
+from .task.flashinfer_trace import TraceFileError, family_for, load_tree
+from .task.from_trace import not_tasks, tasks_from_tree
 from .toolchain import TOOLS, Tool, find_tool
 from .verdict import Decision, Outcome, Verdict, decide
 
@@ -84,6 +86,7 @@ class Harness:
             session_id(config),
         )
         self._catalogues: dict[Path, list[Family]] = {}
+        self._tree_files: list[Path] = []  # a FlashInfer-Trace tree's files, when --ptx-tasks gave one
         self._agents: dict[Path, Agent] = {}
         self._kernels: dict[tuple[str, str, int, str], Candidate | NoKernel] = {}
         self._budgets: dict[tuple[str, str, int, str], dict[int, Candidate]] = {}
@@ -98,10 +101,30 @@ class Harness:
     def tools(self) -> dict[str, Tool | None]:
         return {name: find_tool(name) for name in TOOLS}
 
+    def tree_header(self) -> list[str]:
+        """What --ptx-tasks's FlashInfer-Trace tree holds: how many definitions are tasks, and why the others
+        are not."""
+        if not self.settings["tasks"]:
+            return []
+        try:
+            tree = load_tree(Path(self.settings["tasks"]))
+        except TraceFileError as exc:
+            return [f"ptxbench tasks: {exc}"]
+        refused = not_tasks(tree)
+        tasks = [f"{name} ({family_for(d)[0]})" for name, d in sorted(tree.definitions.items()) if name not in refused]
+        return [
+            f"ptxbench tasks: FlashInfer-Trace {tree.root}: tasks of a family: {', '.join(tasks) or 'none'}",
+            *(f"ptxbench tasks: not loadable: {name}: {why}" for name, why in refused.items()),
+        ]
+
     def catalogue(self, directory: Path) -> list[Family]:
         """The families in `directory`, hidden shapes replaced when a shapes file is given."""
         if directory not in self._catalogues:
             families = load_catalogue(directory)
+            if self.settings["tasks"]:
+                tree = load_tree(Path(self.settings["tasks"]))
+                families = tasks_from_tree(families, tree)
+                self._tree_files = tree.files
             if self.settings["shapes_file"]:
                 families = replace_hidden(families, Path(self.settings["shapes_file"]))
             self._catalogues[directory] = choose_baseline(families, self.settings["baseline"])
@@ -111,7 +134,7 @@ class Harness:
         """The cases of the catalogue in `directory`; a bad task file or model stops collection."""
         try:
             families = self.catalogue(directory)
-        except TaskFileError as exc:
+        except (TaskFileError, TraceFileError) as exc:
             raise pytest.Collector.CollectError(f"bad task file: {exc}") from None
         except UnknownBaseline as exc:
             raise pytest.Collector.CollectError(f"--ptx-baseline={self.settings['baseline']}: {exc}") from None
@@ -200,7 +223,7 @@ class Harness:
         self.run.start(
             lambda: {
                 "settings": self.settings,
-                "task_set": task_set_hash([f.file for f in families]),
+                "task_set": task_set_hash([f.file for f in families] + self._tree_files),
                 "tools": {
                     n: {"path": str(t.path), "origin": t.origin, "version": t.version} if t else None
                     for n, t in self.tools.items()

@@ -150,6 +150,13 @@ OPTIONS = (
     Option(
         "shapes_file", str, None, "a YAML file whose hidden shapes replace the catalogue's ({family: [shape, ...]})"
     ),
+    Option(
+        "tasks",
+        str,
+        None,
+        "a FlashInfer-Trace tree: its definitions that are tasks of a family become the tasks, its workloads"
+        " their visible shapes",
+    ),
     Option("seed", _non_negative_int, 0, "seed of every generated input"),
     Option("out", str, None, "run directory (default: runs/<UTC time>-<model>)"),
     Option("require_gpu", _flag, False, "fail, rather than skip, tests whose GPU stages cannot run", flag=True),

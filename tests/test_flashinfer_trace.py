@@ -22,7 +22,7 @@ from pytest_ptxbench.report.flashinfer_definition import Inexpressible, task_def
 from pytest_ptxbench.report.flashinfer_trace import NOT_RUN, collect, export_run
 from pytest_ptxbench.report.runs import RunError, load_run
 from pytest_ptxbench.rundir import task_set_hash
-from pytest_ptxbench.task.catalogue import Family, load_catalogue
+from pytest_ptxbench.task.catalogue import Family, TaskFileError, load_catalogue
 from pytest_ptxbench.task.flashinfer_trace import (
     RandomInput,
     SafetensorsInput,
@@ -32,6 +32,7 @@ from pytest_ptxbench.task.flashinfer_trace import (
     load_tree,
 )
 from pytest_ptxbench.task.formula import Formula
+from pytest_ptxbench.task.from_trace import not_tasks, tasks_from_tree
 
 from . import flashinfer_bench_data as fib
 from .conftest import TASKS
@@ -628,3 +629,53 @@ def test_the_reference_computes_the_family_reference_where_torch_is() -> None:
     got = namespace["run"](a, b)
     assert got["C"].dtype == torch.bfloat16
     assert torch.equal(got["C"], (a.float() @ b.float().T).bfloat16())
+
+
+# A tree's definitions as the tasks (`--ptx-tasks`)
+
+
+def test_a_trees_definitions_become_the_tasks_and_its_workloads_the_shapes(tmp_path: Path) -> None:
+    tree = load_tree(make_tree(tmp_path / "tree"))
+    (gemm,) = tasks_from_tree(load_catalogue(TASKS), tree)  # the GQA families are not in this catalogue
+    assert [t.name for t in gemm.tasks] == ["gemm-n4096-k4096"]
+    assert [s.id for s in gemm.shapes("visible")] == ["m8192", "m70"]
+    assert "m70" not in [s.id for s in gemm.shapes("hidden")] and gemm.hidden  # visible now, the rest kept
+    assert not_tasks(tree) == {
+        "fused_add_rmsnorm_h4096": "op_type 'rmsnorm' has no ptxbench family",
+        "gqa_paged_prefill_causal_h32_kv4_d128_ps1": "it has no workloads",
+    }
+
+
+def test_a_workload_that_is_no_shape_of_the_family_is_named_with_its_line(tmp_path: Path) -> None:
+    root = make_tree(tmp_path / "tree")
+    (root / "workloads" / "gemm" / "gemm_n4096_k4096.jsonl").write_text(
+        workload_line("gemm_n4096_k4096", {"M": 8192}, {}, "w1")
+        + "\n"
+        + workload_line("gemm_n4096_k4096", {"M": 0}, {}, "w2")
+    )
+    with pytest.raises(TaskFileError) as refused:
+        tasks_from_tree(load_catalogue(TASKS), load_tree(root))
+    assert (
+        str(refused.value)
+        == f"{root}/workloads/gemm/gemm_n4096_k4096.jsonl: line 2: workload w2.M: must be positive, got 0"
+    )
+
+
+def test_ptx_tasks_collects_the_trees_tasks_and_says_what_it_cannot_load(project: pytest.Pytester) -> None:
+    tree = make_tree(project.path / "tree")
+    result = project.runpytest_subprocess(
+        "tasks", f"--ptx-tasks={tree}", "--ptx-shapes=visible", "--collect-only", "-q"
+    )
+    ids = sorted(line.split("[")[-1].rstrip("]") for line in result.outlines if "::" in line)
+    assert ids == ["gemm-n4096-k4096-h100-m70", "gemm-n4096-k4096-h100-m8192"]
+    header = project.runpytest_subprocess("tasks", f"--ptx-tasks={tree}", "--collect-only")
+    header.stdout.fnmatch_lines(
+        [
+            "ptxbench tasks: FlashInfer-Trace */tree: tasks of a family: gemm_n4096_k4096 (gemm), "
+            "gqa_paged_decode_h32_kv4_d128_ps1 (gqa_paged_decode)",
+            "ptxbench tasks: not loadable: fused_add_rmsnorm_h4096: op_type 'rmsnorm' has no ptxbench family",
+            "ptxbench tasks: not loadable: gqa_paged_prefill_causal_h32_kv4_d128_ps1: it has no workloads",
+        ]
+    )
+    bad = project.runpytest_subprocess("tasks", f"--ptx-tasks={project.path / 'nowhere'}", "--collect-only")
+    bad.stdout.fnmatch_lines(["*bad task file: */nowhere: no definitions/ folder: not a FlashInfer-Trace tree*"])

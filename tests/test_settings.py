@@ -31,6 +31,7 @@ def test_defaults(configured) -> None:  # type: ignore[no-untyped-def]
         "trajectories": 1,
         "shapes": "all",
         "shapes_file": None,
+        "tasks": None,
         "seed": 0,
         "out": None,
         "require_gpu": False,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -604,19 +604,27 @@ def replace_hidden(families: list[Family], path: Path) -> list[Family]:
     for family in families:
         if family.name in raw:
             entries = reader.get(raw, family.name, list, "")
-            hidden = [
-                (f"{family.name}[{i}]", reader.shape(s, family.shape_axes, f"{family.name}[{i}]"))
-                for i, s in enumerate(entries)
-            ]
+            hidden = [(f"{family.name}[{i}]", s) for i, s in enumerate(entries)]
+            shapes = checked_shapes(family, hidden, path)
             visible = [(f"shapes.visible[{i}] of {family.file}", s) for i, s in enumerate(family.visible)]
-            reader.unique(((where, family.shape_id.format(**s)) for where, s in visible + hidden), "shape")
-            for where, shape in hidden:
-                failure = _formula_failure(family, shape)
-                if failure:
-                    raise reader.fail(where, f"makes {failure.field} of {family.file} fail: {failure.why}")
-            family = replace(family, hidden=tuple(s for _, s in hidden))
+            named = [(where, s) for (where, _), s in zip(hidden, shapes, strict=True)]
+            reader.unique(((where, family.shape_id.format(**s)) for where, s in visible + named), "shape")
+            family = replace(family, hidden=tuple(shapes))
         out.append(family)
     return out
+
+
+def checked_shapes(family: Family, entries: Sequence[tuple[str, Any]], path: Path) -> list[dict[str, AxisValue]]:
+    """Shapes given outside the family's file (a shapes file, a FlashInfer-Trace tree), each `(where, raw)`
+    checked: the family's shape axes, positive integers or words, every formula within bounds for every task;
+    TaskFileError names `path`, `where` and the value."""
+    reader = _Reader(path)
+    shapes = [(where, reader.shape(raw, family.shape_axes, where)) for where, raw in entries]
+    for where, shape in shapes:
+        failure = _formula_failure(family, shape)
+        if failure:
+            raise reader.fail(where, f"makes {failure.field} of {family.file} fail: {failure.why}")
+    return [shape for _, shape in shapes]
 
 
 def resolved_params(family: Family, values: dict[str, AxisValue]) -> list[dict[str, Any]]:

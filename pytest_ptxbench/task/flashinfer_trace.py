@@ -139,6 +139,12 @@ class Tree:
     def workloads_of(self, definition: str) -> list[Workload]:
         return [w for w in self.workloads if w.definition == definition]
 
+    @property
+    def files(self) -> list[Path]:
+        """The definition and workload files read (what a run's task-set hash covers)."""
+        found = {d.file for d in self.definitions.values()} | {w.file for w in self.workloads}
+        return sorted(f for f in found if f is not None)
+
 
 def load_tree(path: Path) -> Tree:
     """The definitions and workloads of the FlashInfer-Trace tree at `path`; TraceFileError when one is malformed."""
