@@ -18,7 +18,7 @@ from .languages import LANGUAGES
 from .pinning import pin_worker
 from .runkeeper import RunKeeper
 from .session import Harness
-from .summary import PROPERTY, render, summary_row
+from .summary import PROPERTY, family_means, render, summary_row
 from .targets import TARGETS
 from .task.cases import Case
 from .toolchain import RELEASE_TOOLS, describe, release_warning
@@ -174,6 +174,8 @@ class Recorder:
         terminalreporter.write_sep("=", "ptxbench")
         for line in render(self.rows):
             terminalreporter.write_line(line)
+        for line in family_means(self.rows):
+            terminalreporter.write_line(f"ptxbench: {line}")
         run = self.harness.run.path
         cap = cap_reached(run, self.harness.settings)
         if cap:

@@ -3,6 +3,7 @@ it also works under xdist."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .task.cases import natural
@@ -21,6 +22,7 @@ def summary_row(evaluation_row: dict[str, Any]) -> dict[str, Any]:
     named = "" if lang == "cuda" else f"-{lang}"  # as the id names it
     return {
         "id": evaluation_row["id"],
+        "family": evaluation_row["family"],
         "task": evaluation_row["task"],
         "target": evaluation_row["target"],
         "lang": lang,
@@ -72,6 +74,25 @@ def render(rows: list[dict[str, Any]]) -> list[str]:
         )
     widths = [max(len(str(r[i])) for r in table) for i in range(len(header))]
     return ["  ".join(str(cell).ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in table]
+
+
+def family_means(rows: list[dict[str, Any]]) -> list[str]:
+    """Per family, target and language: the geometric-mean speedup over the tests that passed, and how many
+    of the family's tests that is (a test that did not pass has no speedup to average)."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        family = row.get("family") or row["task"].split("-")[0]
+        groups.setdefault((family, row["target"], row.get("lang", "cuda")), []).append(row)
+    lines = []
+    for (family, target, lang), members in sorted(groups.items()):
+        speedups = [r["speedup"] for r in members if r["outcome"] == "passed" and r.get("speedup")]
+        if speedups:
+            mean = math.exp(sum(math.log(x) for x in speedups) / len(speedups))
+            lines.append(
+                f"geometric-mean speedup {family} {target} {lang}: {mean:.2f}x over {len(speedups)} of"
+                f" {len(members)} tests"
+            )
+    return lines
 
 
 def short_reason(evaluation_row: dict[str, Any]) -> str:

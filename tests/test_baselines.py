@@ -120,6 +120,7 @@ def test_the_summary_names_the_baseline() -> None:
     data = {"median_ms": 0.5, "baseline_median_ms": 1.7, "baseline": "FlashInfer", "speedup": 3.4, "tflops": 600.0}
     row = {
         "id": "attention_fwd-d128-causal-h100-b4-h48-s4096",
+        "family": "attention_fwd",
         "task": "attention_fwd-d128-causal",
         "target": "h100",
         "outcome": "passed",

@@ -111,6 +111,7 @@ def test_summary_table_shows_the_time_stage_figures() -> None:
     )
     row = {
         "id": "gemm-n7168-k5120-h100-m8192",
+        "family": "gemm",
         "task": "gemm-n7168-k5120",
         "target": "h100",
         "outcome": "passed",
@@ -131,3 +132,18 @@ def test_summary_table_shows_the_time_stage_figures() -> None:
     assert [cells[name] for name in ("latency", "baseline", "speedup", "SOL", "TFLOP/s", "outcome")] == [
         "0.811 ms", "0.742 ms", "0.91x", "75.0%", "741", "passed",
     ]  # fmt: skip
+
+
+def test_the_summary_gives_each_familys_geometric_mean_over_the_tests_that_passed() -> None:
+    from pytest_ptxbench.summary import family_means
+
+    def row(family: str, shape: str, speedup: float | None, outcome: str = "passed", lang: str = "cuda") -> dict:
+        return {"family": family, "task": f"{family}-x", "target": "h100", "lang": lang, "outcome": outcome,
+                "speedup": speedup, "id": f"{family}-x-h100-{shape}"}  # fmt: skip
+
+    rows = [row("gemm", "m1", 0.5), row("gemm", "m2", 2.0), row("gemm", "m3", 0.8), row("gemm", "m4", None, "failed")]
+    rows += [row("gemm", "m1", 0.7, lang="triton"), row("attention_fwd", "s1", None, "skipped")]
+    assert family_means(rows) == [
+        "geometric-mean speedup gemm h100 cuda: 0.93x over 3 of 4 tests",
+        "geometric-mean speedup gemm h100 triton: 0.70x over 1 of 1 tests",
+    ]
