@@ -116,7 +116,6 @@ class GpuStages:
             {
                 "op": "prepare",
                 "key": key,
-                "family": family.name,
                 "reference": family.reference,
                 "derived": None if family.derived is None else asdict(family.derived),
                 "baseline": family.baseline,

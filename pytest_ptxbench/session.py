@@ -31,7 +31,7 @@ from .task.catalogue import (
     load_catalogue,
     replace_hidden,
 )
-from .task.flashinfer_trace import TraceFileError, family_for, load_tree
+from .task.flashinfer_trace import TraceFileError, Tree, family_for, load_tree
 from .task.from_trace import not_tasks, tasks_from_tree
 from .toolchain import TOOLS, Tool, find_tool
 from .verdict import Decision, Outcome, Verdict, decide
@@ -86,7 +86,6 @@ class Harness:
             session_id(config),
         )
         self._catalogues: dict[Path, list[Family]] = {}
-        self._tree_files: list[Path] = []  # a FlashInfer-Trace tree's files, when --ptx-tasks gave one
         self._agents: dict[Path, Agent] = {}
         self._kernels: dict[tuple[str, str, int, str], Candidate | NoKernel] = {}
         self._budgets: dict[tuple[str, str, int, str], dict[int, Candidate]] = {}
@@ -101,15 +100,20 @@ class Harness:
     def tools(self) -> dict[str, Tool | None]:
         return {name: find_tool(name) for name in TOOLS}
 
+    @functools.cached_property
+    def tree(self) -> Tree | None:
+        """--ptx-tasks's FlashInfer-Trace tree, read once; TraceFileError when it is malformed."""
+        return load_tree(Path(self.settings["tasks"])) if self.settings["tasks"] else None
+
     def tree_header(self) -> list[str]:
         """What --ptx-tasks's FlashInfer-Trace tree holds: how many definitions are tasks, and why the others
         are not."""
-        if not self.settings["tasks"]:
-            return []
         try:
-            tree = load_tree(Path(self.settings["tasks"]))
+            tree = self.tree
         except TraceFileError as exc:
             return [f"ptxbench tasks: {exc}"]
+        if tree is None:
+            return []
         refused = not_tasks(tree)
         tasks = [f"{name} ({family_for(d)[0]})" for name, d in sorted(tree.definitions.items()) if name not in refused]
         return [
@@ -121,10 +125,8 @@ class Harness:
         """The families in `directory`, hidden shapes replaced when a shapes file is given."""
         if directory not in self._catalogues:
             families = load_catalogue(directory)
-            if self.settings["tasks"]:
-                tree = load_tree(Path(self.settings["tasks"]))
-                families = tasks_from_tree(families, tree)
-                self._tree_files = tree.files
+            if self.tree is not None:
+                families = tasks_from_tree(families, self.tree)
             if self.settings["shapes_file"]:
                 families = replace_hidden(families, Path(self.settings["shapes_file"]))
             self._catalogues[directory] = choose_baseline(families, self.settings["baseline"])
@@ -223,7 +225,7 @@ class Harness:
         self.run.start(
             lambda: {
                 "settings": self.settings,
-                "task_set": task_set_hash([f.file for f in families] + self._tree_files),
+                "task_set": task_set_hash([f.file for f in families] + (self.tree.files if self.tree else [])),
                 "tools": {
                     n: {"path": str(t.path), "origin": t.origin, "version": t.version} if t else None
                     for n, t in self.tools.items()
