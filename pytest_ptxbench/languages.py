@@ -177,10 +177,13 @@ class Triton:
         return [built, inspect_cubins(built.data["cubins"], target, required, timeout=120)]
 
 
+# roles `run` does not take: the workspace tensor knows its size, and the stream is the current one
+NOT_RUN_PARAMS = ("workspace_bytes", "stream")
+
+
 def run_params(family: Family) -> list[str]:
-    """`run`'s parameters: the launcher's, less what a Python launch does not need (the byte count of the
-    workspace, the stream: the current one)."""
-    return [p.name for p in family.launcher.params if p.role not in ("workspace_bytes", "stream")]
+    """`run`'s parameters: the launcher's, less `NOT_RUN_PARAMS`."""
+    return [p.name for p in family.launcher.params if p.role not in NOT_RUN_PARAMS]
 
 
 CUDA = Cuda()

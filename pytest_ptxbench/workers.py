@@ -27,7 +27,7 @@ _KEPT_PREFIXES = ("NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_")  # the GPU host's safe
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 # Children that run candidate code echo each request's random nonce: a line the candidate writes into
 # the reply channel cannot carry it, so it breaks the protocol instead of passing for an answer.
-NONCE_CHECKED = frozenset({"capture"})
+NONCE_CHECKED = frozenset({"capture", "triton_capture"})  # every language's capture child
 
 
 _SIGNALS = {s.value: s.name for s in signal.Signals}

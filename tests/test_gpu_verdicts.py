@@ -11,12 +11,12 @@ import pytest
 
 from pytest_ptxbench.agent import feedback
 from pytest_ptxbench.child import wire
-from pytest_ptxbench.languages import CUDA
+from pytest_ptxbench.languages import CUDA, LANGUAGES
 from pytest_ptxbench.parsers import ncu, sass
 from pytest_ptxbench.stages import check, profile, timing
 from pytest_ptxbench.task.catalogue import Family, Tolerance
 from pytest_ptxbench.verdict import Status
-from pytest_ptxbench.workers import Child, ChildFailed, child_environment
+from pytest_ptxbench.workers import NONCE_CHECKED, Child, ChildFailed, child_environment
 
 from .conftest import DATA, ROOT
 
@@ -312,3 +312,22 @@ def test_pytest_benchmark_records_the_replayed_latencies(
         (0.001, 0.002, 0.003)
     )
     assert bench["extra_info"]["speedup"] == 0.75 and bench["extra_info"]["baseline"] == "cuBLAS"
+
+
+def test_the_triton_capture_child_answers_what_it_does_not_know_without_dying(tmp_path: Path) -> None:
+    """The protocol of `child/triton_capture.py` on CPU: an unknown request is a non-fatal error (capturing
+    itself needs torch and a GPU: tests/test_gpu.py), and every reply must echo the request's nonce, as for
+    any child that runs candidate code."""
+    assert {language.capture_child for language in LANGUAGES.values()} <= NONCE_CHECKED
+    child = Child("triton_capture", tmp_path, child_environment(tmp_path))
+    try:
+        reply = child.request({"op": "load"}, timeout=60)
+        assert reply == {
+            "ok": False,
+            "error": "ValueError: unknown request 'load'",
+            "error_type": "ValueError",
+            "fatal": False,
+        }
+        assert child.alive
+    finally:
+        child.close()

@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from ..dtypes import DTYPES
+from ..languages import NOT_RUN_PARAMS
 from ..replay.launches import LaunchList
 from ..replay.placement import Buffer, Placement
 from .serving import main
-
-SKIPPED_ROLES = ("workspace_bytes", "stream")  # what `run` does not take (languages.run_params)
 
 
 class Refused(RuntimeError):
@@ -73,7 +72,7 @@ class TritonCapture:
             driver.map_placement(placement, device, int(request["poison"]))
         self.stream = driver.stream()
         self.current = torch.cuda.ExternalStream(int(self.stream))
-        self.params: list[dict[str, Any]] = [p for p in request["params"] if p["role"] not in SKIPPED_ROLES]
+        self.params: list[dict[str, Any]] = [p for p in request["params"] if p["role"] not in NOT_RUN_PARAMS]
         self.origins: dict[int, str] = {}  # function handle → the sha256 of its cubin
         triton.set_allocator(_no_allocation)
         launch = JITFunction.run
