@@ -99,6 +99,31 @@ def test_a_cubin_changed_after_the_build_fails_inspect(gemm: Family, task: Task,
     assert inspected.status is Status.FAILED and "is no longer the cubin the build wrote" in inspected.message
 
 
+def test_a_cubin_the_candidates_python_wrote_fails_the_build(gemm: Family, task: Task, tmp_path: Path) -> None:
+    """The compile child runs the candidate's Python: every cubin is compiled again from its recorded IR by
+    harness code, and one that Triton did not produce is refused."""
+    built = _build(gemm, task, (PLANTED / "triton_plants_a_cubin.py").read_text(), tmp_path)
+    assert built.status is Status.FAILED
+    assert built.message.startswith("clear_kernel-") and built.message.endswith(
+        "Triton compiles its recorded IR to other code: the cubin did not come from Triton's compiler"
+    ), built.message
+
+
+def test_ir_override_fails_the_build(gemm: Family, task: Task, tmp_path: Path) -> None:
+    """`ir_override` makes Triton take a file as a stage's output instead of compiling: refused, even when the
+    file holds what Triton itself made."""
+    source = ZERO_KERNEL + (
+        "\n\ndef run(A, B, C, M, N, K, workspace):\n"
+        "    made = zero_kernel.warmup(C, M * N, BLOCK=1024, grid=(1,))\n"
+        "    with open('zero.ptx', 'w') as f:\n"
+        "        f.write(made.asm['ptx'])\n"
+        "    zero_kernel[(triton.cdiv(M * N, 1024),)](C, M * N, BLOCK=1024, ir_override='zero.ptx')\n"
+    )
+    built = _build(gemm, task, source, tmp_path)
+    assert built.status is Status.FAILED
+    assert "it sets ir_override: Triton would take a file instead of compiling" in built.message, built.message
+
+
 def test_a_syntax_error_fails_the_build_naming_its_line(gemm: Family, task: Task, tmp_path: Path) -> None:
     source = REFERENCE.replace(TILE_LINE, TILE_LINE.replace("128\n", "128)\n"))
     built = _build(gemm, task, source, tmp_path)

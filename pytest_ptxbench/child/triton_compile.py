@@ -5,7 +5,8 @@ plan's target, device 0, stream 0); every launch of a `@triton.jit` kernel compi
 recorded instead of run. The candidate's `run` is called once per shape of the plan, with torch "meta" tensors
 where torch is importable, else stand-ins that Triton's binder takes for tensors, so each specialisation a
 shape launches (alignment, divisibility of its integers) is built. Each distinct cubin is written to the plan's
-cubin folder as `<kernel>-<sha256[:12]>.<arch>.cubin`; the result file says, per shape, what was launched, or
+cubin folder as `<kernel>-<sha256[:12]>.<arch>.cubin`, beside the Triton IR (`.ttir`) and options (`.json`) it
+was compiled from (`triton_ir.py` compiles them again); the result file says, per shape, what was launched, or
 the error, cut to the candidate's own frames.
 """
 
@@ -147,8 +148,11 @@ class Recorder:
         cubin: bytes = kernel.asm["cubin"]
         digest = hashlib.sha256(cubin).hexdigest()
         path = self.folder / f"{kernel.name}-{digest[:12]}.{self.arch}.cubin"
-        if not path.exists():
+        if not path.exists():  # with the IR and options it came from, which the build compiles again
             path.write_bytes(cubin)
+            path.with_suffix(".ttir").write_text(kernel.asm["ttir"])
+            metadata = {k: v for k, v in kernel.metadata._asdict().items() if k != "target"}
+            path.with_suffix(".json").write_text(json.dumps(metadata, default=str))
         self.launches.append(
             {
                 "kernel": kernel.name,

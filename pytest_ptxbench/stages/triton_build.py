@@ -13,6 +13,7 @@ import importlib.metadata
 import importlib.util
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,10 @@ def build_triton(
     every = [launch for shape in launches.values() for launch in shape]
     files = sorted({cubins / launch["cubin"] for launch in every})
     names = sorted({launch["kernel"] for launch in every})
+    recompiled = _recompile(files, target, workdir, confined, home, timeout)
+    seconds = done.seconds + recompiled.seconds
+    if recompiled.problem:
+        return Verdict("build", Status.FAILED, recompiled.problem, data, seconds)
     data |= {
         "cubins": [{"path": str(f), "sha256": hashlib.sha256(f.read_bytes()).hexdigest()} for f in files],
         "kernels": {name: name for name in names},
@@ -99,7 +104,36 @@ def build_triton(
         "tensors": compiled["tensors"],
     }
     message = f"built {', '.join(names)} for {target.arch} ({len(files)} cubin{'s' if len(files) > 1 else ''})"
-    return Verdict("build", Status.PASSED, message, data, done.seconds)
+    return Verdict("build", Status.PASSED, message, data, seconds)
+
+
+@dataclass(frozen=True)
+class _Recompiled:
+    problem: str | None
+    seconds: float
+
+
+def _recompile(
+    files: list[Path], target: Target, workdir: Path, confined: Sandbox, home: Path, timeout: float
+) -> _Recompiled:
+    """Every cubin compiled again from its recorded Triton IR by harness code (`child/triton_ir.py`), in a cache
+    nothing of the compile child's reaches: a cubin Triton did not produce fails the build."""
+    cache, plan, result = (workdir / n for n in ("recompile-cache", "recompile.json", "recompiled.json"))
+    shutil.rmtree(cache, ignore_errors=True)
+    result.unlink(missing_ok=True)
+    capability = target.capability[0] * 10 + target.capability[1]
+    plan.write_text(json.dumps({"capability": capability, "cubins": [str(f) for f in files], "result": str(result)}))
+    env = child_environment(home, {"TRITON_CACHE_DIR": str(cache)})
+    done = process.run([*confined.prefix, *child_command("triton_ir", str(plan))], timeout, cwd=workdir, env=env)
+    shutil.rmtree(cache, ignore_errors=True)
+    if done.timed_out or not result.is_file():
+        tail = (done.stderr or done.stdout)[-LOG_TAIL_CHARS:].strip()
+        return _Recompiled(
+            f"compiling the cubins again from their Triton IR failed (exit {done.returncode}):\n{tail}", done.seconds
+        )
+    problems = json.loads(result.read_text())["problems"]
+    wrong = [f"{name}: {why}" for name, why in sorted(problems.items()) if why]
+    return _Recompiled("; ".join(wrong) or None, done.seconds)
 
 
 def _shape(family: Family, values: dict[str, AxisValue], label: str) -> dict[str, Any]:
