@@ -127,7 +127,8 @@ class Cuda:
         if not built.passed:
             return [built]
         required = family.opcodes.get(target.name, ())
-        return [built, inspect(Path(built.data["host"]), target, required, family.launcher.name, timeout=120)]
+        host, cubins = Path(built.data["host"]), built.data["cubins"]
+        return [built, inspect(host, cubins, target, required, family.launcher.name, timeout=120)]
 
 
 @dataclass(frozen=True)

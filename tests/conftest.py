@@ -63,7 +63,9 @@ def build_and_inspect(toolchain: None, gemm: Family, tmp_path: Path) -> BuildAnd
         if not built.passed:
             return built, None
         wanted = gemm.opcodes.get(target.name, ()) if required is None else required
-        return built, inspect(Path(built.data["host"]), target, wanted, gemm.launcher.name, timeout=120)
+        return built, inspect(
+            Path(built.data["host"]), built.data["cubins"], target, wanted, gemm.launcher.name, timeout=120
+        )
 
     return run
 

@@ -329,7 +329,7 @@ def test_a_write_into_the_checkout_fails_check_without_a_sandbox(
 
     candidate = Candidate("gemm-n128-k2048", "h100", (PLANTED / "writes_into_checkout.cu").read_text(), "planted")
     built = build(candidate, gemm.launcher, H100, tmp_path / "build", 300)
-    refused = inspect(Path(built.data["host"]), H100, (), gemm.launcher.name, timeout=120)
+    refused = inspect(Path(built.data["host"]), built.data["cubins"], H100, (), gemm.launcher.name, timeout=120)
     assert refused.status is Status.FAILED and {"getenv", "fopen"} <= set(refused.data["forbidden_imports"])
     stages = GpuStages({**pipeline.settings, "sandbox": "off"}, tmp_path / "run")
     planted = TASKS / "planted-by-a-candidate.txt"
@@ -361,7 +361,7 @@ def test_work_left_to_a_helper_thread_is_never_replayed(pipeline: Pipeline, gemm
 
     candidate = Candidate("gemm-n128-k2048", "h100", (PLANTED / "helper_thread_finishes.cu").read_text(), "planted")
     built = build(candidate, gemm.launcher, H100, tmp_path / "build", 300)
-    refused = inspect(Path(built.data["host"]), H100, (), gemm.launcher.name, timeout=120)
+    refused = inspect(Path(built.data["host"]), built.data["cubins"], H100, (), gemm.launcher.name, timeout=120)
     assert refused.status is Status.FAILED and "pthread_create" in refused.data["forbidden_imports"]
     allowed = Verdict("inspect", Status.PASSED, "", refused.data)
     stages = GpuStages(dict(pipeline.settings), tmp_path / "run")
@@ -397,7 +397,9 @@ def test_load_time_code_that_rewrites_the_clock_changes_nothing(
         for name, text in (("rewriting", source), ("honest", honest)):
             candidate = Candidate(task.name, "h100", text, "planted")
             built = build(candidate, gemm.launcher, H100, tmp_path / name, 300)
-            inspected = inspect(Path(built.data["host"]), H100, (), gemm.launcher.name, timeout=120)
+            inspected = inspect(
+                Path(built.data["host"]), built.data["cubins"], H100, (), gemm.launcher.name, timeout=120
+            )
             if name == "rewriting":
                 assert inspected.status is Status.FAILED and "dlsym" in inspected.data["forbidden_imports"]
             allowed = Verdict("inspect", Status.PASSED, "", inspected.data)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from pytest_ptxbench import allowlist
+from pytest_ptxbench.toolchain import find_tool
 from pytest_ptxbench.verdict import Status
 
 from .conftest import KERNELS, PLAIN_SM90, PLANTED, TASKS, BuildAndInspect
@@ -221,3 +223,36 @@ def test_planted_kernels_of_the_gpu_tests_pass_the_static_stages(
     built, inspected = build_and_inspect(PLANTED / planted, required=required)
     assert built.passed, built.message
     assert inspected is not None and inspected.passed, inspected.message
+
+
+def test_device_code_planted_in_host_code_fails_inspect(build_and_inspect: BuildAndInspect, tmp_path: Path) -> None:
+    """A fatbin that host-side inline assembly puts into the library (standing in for a vendor kernel copied in)
+    is extracted by cuobjdump like the candidate's own device code. Only the cubin nvcc compiled from the source
+    is the candidate's: the planted kernel is neither inspected nor ever loaded, and inspect fails the library."""
+    nvcc = find_tool("nvcc")
+    assert nvcc is not None
+    foreign = tmp_path / "foreign.cu"
+    foreign.write_text('extern "C" __global__ void nvjet_sm90_planted(float* x) { x[threadIdx.x] = 1.0f; }\n')
+    fatbin = tmp_path / "foreign.fatbin"
+    made = subprocess.run(
+        [str(nvcc.path), "-fatbin", "-gencode", "arch=compute_90a,code=sm_90a", str(foreign), "-o", str(fatbin)],
+        capture_output=True,
+        text=True,
+        env=nvcc.env(),
+    )
+    assert made.returncode == 0, made.stderr
+    data = ",".join(f"0x{b:02x}" for b in fatbin.read_bytes())
+    planted = tmp_path / "planted.cu"
+    planted.write_text(
+        (TASKS / "reference/h100/gemm.cu").read_text()
+        + f'\n#ifndef __CUDA_ARCH__\nasm(".section .nv_fatbin, \\"a\\"\\n.align 8\\n.byte {data}\\n.text\\n");\n#endif\n'
+    )
+    built, inspected = build_and_inspect(planted, "h100")
+    assert built.passed, built.message
+    assert [Path(c["path"]).name for c in built.data["cubins"]] == ["candidate.sm_90a.cubin"]
+    assert inspected is not None and inspected.status is Status.FAILED
+    assert inspected.message == (
+        "the library embeds 1 sm_90a cubin(s) besides the one nvcc compiled from candidate.cu (device code planted"
+        " in host code is never the candidate's)"
+    )
+    assert "nvjet_sm90_planted" not in inspected.data["kernels"]

@@ -43,7 +43,7 @@ kernel, tasks, workdir = map(Path, sys.argv[1:])
 family, target = load_family(tasks / "gemm.yaml"), TARGETS["h100"]
 built = build(Candidate.from_file("gemm-n128-k2048", "h100", kernel), family.launcher, target, workdir, 300)
 inspected = built.passed and inspect(
-    Path(built.data["host"]), target, ("HGMMA.*.F32.BF16",), family.launcher.name, 120
+    Path(built.data["host"]), built.data["cubins"], target, ("HGMMA.*.F32.BF16",), family.launcher.name, 120
 )
 folders = [*os.environ["PATH"].split(os.pathsep), "/usr/local/cuda/bin"]
 print(json.dumps({

@@ -2,11 +2,12 @@
 PLAN.json`.
 
 The compile child runs the candidate's Python, so anything it writes could be the candidate's doing: a cubin
-copied from a vendor library, or one Triton was told to take from a file (`ir_override`). Here every cubin it
-wrote is compiled again by Triton from the Triton IR (`.ttir`) recorded beside it, in an empty cache, with the
-recorded options less those that bring in outside code: `ir_override` is refused, and `extern_libs` may only be
-Triton's own libdevice. A cubin is kept only when the two are the same bytes. The result file names, per cubin,
-the problem or none.
+copied from a vendor library, or one Triton was told to take from a file (`ir_override`). So no cubin it wrote
+is kept: each is compiled again by Triton from the Triton IR (`.ttir`) recorded beside it, in an empty cache,
+with the recorded options less those that bring in outside code (`ir_override` is refused, and `extern_libs`
+may only be Triton's own libdevice), and that cubin replaces it, in `cubins/` and in the build's Triton cache
+(which the capture child loads from). Equal bytes are not required: ptxas for sm_100a does not always give the
+same bytes twice. The result file names, per cubin, its new file name or the problem.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ def _tuples(value: Any) -> Any:
     return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
-def recompile(cubin: Path, target: GPUTarget) -> str | None:
-    """None when Triton compiles `cubin`'s recorded IR to the very same bytes; else why not."""
+def recompile(cubin: Path, target: GPUTarget) -> bytes | str:
+    """The cubin Triton compiles from `cubin`'s recorded IR and options, or why there is none."""
     ir, recorded = cubin.with_suffix(".ttir"), cubin.with_suffix(".json")
     if not ir.is_file() or not recorded.is_file():
         return "its Triton IR or options were not recorded"
@@ -53,16 +54,38 @@ def recompile(cubin: Path, target: GPUTarget) -> str | None:
         compiled = triton.compile(str(ir), target=target, options=options)
     except Exception as exc:  # a malformed IR or option is the candidate's: named in the verdict
         return f"Triton cannot compile its recorded IR ({type(exc).__name__}: {str(exc)[:300]})"
-    if hashlib.sha256(compiled.asm["cubin"]).digest() != hashlib.sha256(cubin.read_bytes()).digest():
-        return "Triton compiles its recorded IR to other code: the cubin did not come from Triton's compiler"
-    return None
+    made: bytes = compiled.asm["cubin"]
+    return made
+
+
+def replace(cubin: Path, made: bytes, cache: Path) -> str:
+    """`made` in place of `cubin` (its new name: `<kernel>-<sha256[:12]>.<arch>.cubin`, IR and options renamed
+    alike) and of the cubin of every entry of the Triton cache `cache` compiled from the same IR."""
+    ir = cubin.with_suffix(".ttir").read_text()
+    for entry in cache.rglob("*.ttir"):
+        if entry.with_suffix(".cubin").is_file() and entry.read_text() == ir:
+            entry.with_suffix(".cubin").write_bytes(made)
+    kernel, _, rest = cubin.name.rpartition("-")
+    name = f"{kernel}-{hashlib.sha256(made).hexdigest()[:12]}.{rest.split('.', 1)[1]}"
+    for suffix in (".ttir", ".json"):
+        cubin.with_suffix(suffix).rename((cubin.parent / name).with_suffix(suffix))
+    cubin.unlink()
+    (cubin.parent / name).write_bytes(made)
+    return name
 
 
 def main() -> None:
     plan = json.loads(Path(sys.argv[1]).read_text())
     target = GPUTarget("cuda", int(plan["capability"]), 32)
-    problems = {Path(c).name: recompile(Path(c), target) for c in plan["cubins"]}
-    Path(plan["result"]).write_text(json.dumps({"problems": problems}))
+    renamed: dict[str, str] = {}
+    problems: dict[str, str] = {}
+    for path in map(Path, plan["cubins"]):
+        made = recompile(path, target)
+        if isinstance(made, str):
+            problems[path.name] = made
+        else:
+            renamed[path.name] = replace(path, made, Path(plan["cache"]))
+    Path(plan["result"]).write_text(json.dumps({"renamed": renamed, "problems": problems}))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,15 @@
 """Stage *build*: nvcc compiles the candidate with the harness's own flags into a shared object.
 
 The task's launcher prototype is force-included, so a definition with another signature does not
-compile. The compiler log (with `ptxas -v`) is kept beside the library.
+compile. The compiler log (with `ptxas -v`) is kept beside the library, and the cubin nvcc itself compiled
+from the source (kept from its intermediate files) goes to `cubins/`: the only device code inspected and
+replayed, whatever else the library embeds.
 """
 
 from __future__ import annotations
 
+import hashlib
+import shutil
 from pathlib import Path
 
 from ..candidate import Candidate
@@ -70,11 +74,15 @@ def build(
     source.write_text(candidate.source)
     header = workdir / "ptxbench_contract.h"
     header.write_text(CONTRACT_HEADER.format(declaration=launcher.declaration()))
-    library = workdir / "candidate.so"
+    library, keep, cubins = workdir / "candidate.so", workdir / "keep", workdir / "cubins"
     library.unlink(missing_ok=True)
+    for stale in (keep, cubins):
+        shutil.rmtree(stale, ignore_errors=True)
+    keep.mkdir()
     driver = driver_library()
     # Relative names: compiler messages then read `candidate.cu(6): error: ...`.
-    argv = [str(nvcc.path), *flags(target), "-include", header.name, "-o", library.name, source.name]
+    argv = [str(nvcc.path), *flags(target), "-include", header.name, "-keep", "-keep-dir", keep.name]
+    argv += ["-o", library.name, source.name]
     if driver is not None:
         argv += ["-Xlinker", str(driver)]
     done = compiler.run(nvcc.path, argv, workdir, timeout, sandbox, memory)
@@ -96,17 +104,24 @@ def build(
         return Verdict("build", Status.FAILED, f"nvcc did not finish within {timeout:.0f} s", data, done.seconds)
     if outside:
         return Verdict("build", Status.FAILED, said.strip(), {**data, "read_outside": done.read_outside}, done.seconds)
-    if done.returncode != 0 or not library.is_file():
+    compiled = keep / "candidate.cubin"  # nvcc's own device compilation of candidate.cu (one -gencode)
+    if done.returncode != 0 or not library.is_file() or not compiled.is_file():
         tail = done.stderr[-LOG_TAIL_CHARS:].strip() or done.stdout[-LOG_TAIL_CHARS:].strip()
         if "out of memory" in tail:
             tail += f"\n(each compiler process may map at most {memory >> 20} MiB)"
+        shutil.rmtree(keep, ignore_errors=True)
         return Verdict(
             "build", Status.FAILED, f"nvcc exited {done.returncode}:\n{tail}", {**data, "log_tail": tail}, done.seconds
         )
+    cubins.mkdir()
+    cubin = cubins / f"candidate.{target.arch}.cubin"
+    shutil.move(compiled, cubin)
+    shutil.rmtree(keep, ignore_errors=True)
+    kept = [{"path": str(cubin), "sha256": hashlib.sha256(cubin.read_bytes()).hexdigest()}]
     return Verdict(
         "build",
         Status.PASSED,
         f"built {library.name} for {target.arch}",
-        {**data, "host": str(library)},
+        {**data, "host": str(library), "cubins": kept},
         done.seconds,
     )

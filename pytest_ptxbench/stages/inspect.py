@@ -19,20 +19,28 @@ from typing import Any
 from .. import allowlist, process
 from ..parsers import objdump, sass
 from ..targets import Target
-from ..toolchain import find_tool
+from ..toolchain import Tool, find_tool
 from ..verdict import Status, Verdict
 
 NO_CUOBJDUMP = "requires cuobjdump (CUDA_HOME, PATH or the nvidia-cuda-cuobjdump wheel), found none"
 
 
-def inspect(library: Path, target: Target, required: tuple[str, ...], launcher: str, timeout: float) -> Verdict:
+def inspect(
+    library: Path,
+    cubins: list[dict[str, str]],
+    target: Target,
+    required: tuple[str, ...],
+    launcher: str,
+    timeout: float,
+) -> Verdict:
+    """The device side over `cubins`, the cubin nvcc compiled from the source (the build's `cubins/`), and the
+    host side over `library`; device code the library embeds besides (a fatbin planted in host code) fails."""
     cuobjdump, host_objdump = find_tool("cuobjdump"), find_tool("objdump")
     if cuobjdump is None:
         return Verdict("inspect", Status.TOOL_UNAVAILABLE, NO_CUOBJDUMP)
     if host_objdump is None:
         return Verdict("inspect", Status.TOOL_UNAVAILABLE, "requires binutils' objdump on PATH, found none")
     runs = {
-        "sass": process.run([str(cuobjdump.path), "-sass", str(library)], timeout, env=cuobjdump.env()),
         "symbols": process.run([str(host_objdump.path), "-T", str(library)], timeout),
         "headers": process.run([str(host_objdump.path), "-p", str(library)], timeout),
         "host_code": process.run([str(host_objdump.path), "-d", "--no-show-raw-insn", str(library)], timeout),
@@ -40,11 +48,20 @@ def inspect(library: Path, target: Target, required: tuple[str, ...], launcher: 
     for what, done in runs.items():
         if done.returncode != 0:
             return _tool_failed(done, what)
-    problems, device = _device_side([runs["sass"].stdout], target, required, "the library", library.parent, timeout)
-    cubins = _extract_cubins(cuobjdump.path, library, target.arch, timeout, cuobjdump.env())
-    if not cubins:
+    device = _cubins_side(cubins, target, required, timeout, cuobjdump)
+    if isinstance(device, Verdict):
+        return device
+    problems, data, seconds = device
+    embedded = _extract_cubins(cuobjdump.path, library, target.arch, timeout, cuobjdump.env())
+    if not embedded:
         problems.append(f"no {target.arch} cubin could be extracted from the library")
-    seconds = sum(done.seconds for done in runs.values())
+    planted = {c["sha256"] for c in embedded} - {c["sha256"] for c in cubins}
+    if planted:
+        problems.append(
+            f"the library embeds {len(planted)} {target.arch} cubin(s) besides the one nvcc compiled from candidate.cu"
+            " (device code planted in host code is never the candidate's)"
+        )
+    seconds += sum(done.seconds for done in runs.values())
 
     symbols = objdump.parse_dynamic_symbols(runs["symbols"].stdout)
     imports = allowlist.forbidden_imports(s.name for s in symbols if s.undefined)
@@ -67,25 +84,29 @@ def inspect(library: Path, target: Target, required: tuple[str, ...], launcher: 
             "raw system-call instructions in host code: "
             + ", ".join(sorted({f"{i.mnemonic} in {i.function}" for i in raw}))
         )
-
-    data = {
-        **device,
-        "forbidden_imports": imports,
-        "forbidden_libraries": libraries,
-        "forbidden_definitions": definitions,
-        "cuobjdump": cuobjdump.version,
-        "cubins": cubins,
-    }
+    data |= {"forbidden_imports": imports, "forbidden_libraries": libraries, "forbidden_definitions": definitions}
     return _verdict(problems, data, seconds)
 
 
 def inspect_cubins(cubins: list[dict[str, str]], target: Target, required: tuple[str, ...], timeout: float) -> Verdict:
-    """The device-side rules of `inspect` over the cubins a Triton build wrote (`{"path", "sha256"}` each, in
-    the build's `cubins/` folder; the listing and inventory go beside that folder). No host side: the host code
+    """The device-side rules of `inspect` over the cubins a Triton build wrote. No host side: the host code
     that launches them is the harness's."""
     cuobjdump = find_tool("cuobjdump")
     if cuobjdump is None:
         return Verdict("inspect", Status.TOOL_UNAVAILABLE, NO_CUOBJDUMP)
+    device = _cubins_side(cubins, target, required, timeout, cuobjdump)
+    return device if isinstance(device, Verdict) else _verdict(*device)
+
+
+def _cubins_side(
+    cubins: list[dict[str, str]],
+    target: Target,
+    required: tuple[str, ...],
+    timeout: float,
+    cuobjdump: Tool,
+) -> tuple[list[str], dict[str, Any], float] | Verdict:
+    """The problems, data and seconds of the device-side rules over `cubins` (`{"path", "sha256"}` each, in a
+    build's `cubins/` folder: the listing and inventory go beside it), or the verdict when a tool failed."""
     if not cubins:
         return Verdict("inspect", Status.FAILED, "the build wrote no cubin", {"cubins": cubins})
     problems: list[str] = []
@@ -104,7 +125,7 @@ def inspect_cubins(cubins: list[dict[str, str]], target: Target, required: tuple
     folder = Path(cubins[0]["path"]).parent.parent
     device_problems, device = _device_side(listings, target, required, "the cubins", folder, timeout)
     data = {**device, "cuobjdump": cuobjdump.version, "cubins": cubins}
-    return _verdict(problems + device_problems, data, seconds)
+    return problems + device_problems, data, seconds
 
 
 def _device_side(
@@ -157,9 +178,9 @@ def _tool_failed(done: process.Completed, what: str) -> Verdict:
 def _extract_cubins(
     cuobjdump: Path, library: Path, arch: str, timeout: float, env: dict[str, str]
 ) -> list[dict[str, str]]:
-    """The library's cubins for `arch`, extracted into `cubins/` beside it, with their sha256: the runner
-    loads exactly these (and refuses a file that changed), never the library's host code."""
-    folder = library.parent / "cubins"
+    """The cubins for `arch` the library embeds, extracted into `embedded/` beside it, with their sha256 (to
+    compare with the one nvcc compiled from the source)."""
+    folder = library.parent / "embedded"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir()
     done = process.run([str(cuobjdump), "-xelf", "all", str(library.resolve())], timeout, cwd=folder, env=env)

@@ -26,6 +26,7 @@ from ..verdict import Status, Verdict
 from ..workers import PACKAGE_ROOT, child_command, child_environment
 
 LOG_TAIL_CHARS = 4000
+
 MAX_SHARED_BYTES = 227 << 10  # the shared memory one block may use on H100- and B200-class GPUs
 
 
@@ -96,6 +97,9 @@ def build_triton(
     seconds = done.seconds + recompiled.seconds
     if recompiled.problem:
         return Verdict("build", Status.FAILED, recompiled.problem, data, seconds)
+    for launch in every:  # the cubins harness code compiled replace the compile child's
+        launch["cubin"] = recompiled.renamed[launch["cubin"]]
+    files = sorted({cubins / launch["cubin"] for launch in every})
     data |= {
         "cubins": [{"path": str(f), "sha256": hashlib.sha256(f.read_bytes()).hexdigest()} for f in files],
         "kernels": {name: name for name in names},
@@ -110,6 +114,7 @@ def build_triton(
 @dataclass(frozen=True)
 class _Recompiled:
     problem: str | None
+    renamed: dict[str, str]  # the compile child's cubin → the one compiled again in its place
     seconds: float
 
 
@@ -117,23 +122,31 @@ def _recompile(
     files: list[Path], target: Target, workdir: Path, confined: Sandbox, home: Path, timeout: float
 ) -> _Recompiled:
     """Every cubin compiled again from its recorded Triton IR by harness code (`child/triton_ir.py`), in a cache
-    nothing of the compile child's reaches: a cubin Triton did not produce fails the build."""
+    nothing of the compile child's reaches, and put in its place: no cubin the candidate's Python wrote is kept."""
     cache, plan, result = (workdir / n for n in ("recompile-cache", "recompile.json", "recompiled.json"))
     shutil.rmtree(cache, ignore_errors=True)
     result.unlink(missing_ok=True)
     capability = target.capability[0] * 10 + target.capability[1]
-    plan.write_text(json.dumps({"capability": capability, "cubins": [str(f) for f in files], "result": str(result)}))
+    plan.write_text(
+        json.dumps(
+            {
+                "capability": capability,
+                "cubins": [str(f) for f in files],
+                "cache": str(workdir / "triton-cache"),
+                "result": str(result),
+            }
+        )
+    )
     env = child_environment(home, {"TRITON_CACHE_DIR": str(cache)})
     done = process.run([*confined.prefix, *child_command("triton_ir", str(plan))], timeout, cwd=workdir, env=env)
     shutil.rmtree(cache, ignore_errors=True)
     if done.timed_out or not result.is_file():
         tail = (done.stderr or done.stdout)[-LOG_TAIL_CHARS:].strip()
-        return _Recompiled(
-            f"compiling the cubins again from their Triton IR failed (exit {done.returncode}):\n{tail}", done.seconds
-        )
-    problems = json.loads(result.read_text())["problems"]
-    wrong = [f"{name}: {why}" for name, why in sorted(problems.items()) if why]
-    return _Recompiled("; ".join(wrong) or None, done.seconds)
+        problem = f"compiling the cubins again from their Triton IR failed (exit {done.returncode}):\n{tail}"
+        return _Recompiled(problem, {}, done.seconds)
+    reply = json.loads(result.read_text())
+    wrong = [f"{name}: {why}" for name, why in sorted(reply["problems"].items())]
+    return _Recompiled("; ".join(wrong) or None, reply["renamed"], done.seconds)
 
 
 def _shape(family: Family, values: dict[str, AxisValue], label: str) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 The compile child runs the candidate's Python, so `run` can find the cubin folder (the plan is the child's
 argument) and overwrite the cubin Triton just wrote, here with another kernel's cubin (standing in for one
-copied out of a vendor library). The build must compile the recorded IR again and refuse the cubin.
+copied out of a vendor library). The build compiles the recorded IR again and keeps only that cubin.
 """
 
 import json
