@@ -113,6 +113,26 @@ def test_a_cubin_the_candidates_python_wrote_is_never_kept(gemm: Family, task: T
     assert cached and all(hashlib.sha256(b).hexdigest() == cubin["sha256"] for b in cached)
 
 
+def test_links_the_compile_child_leaves_are_never_written_through(gemm: Family, task: Task, tmp_path: Path) -> None:
+    """Harness code puts the recompiled cubins in the build's Triton cache, which the compile child (the
+    candidate's Python) could fill with links: one to a file outside the build folder is left alone, even with
+    no sandbox to stop the write."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not a cubin")
+    source = ZERO_KERNEL + (
+        "\n\nimport os, sys\nfrom pathlib import Path\n\n"
+        "def run(A, B, C, M, N, K, workspace):\n"
+        "    zero_kernel[(triton.cdiv(M * N, 1024),)](C, M * N, BLOCK=1024)\n"
+        "    victim = Path(sys.argv[1]).parent.parent / 'victim.txt'\n"
+        "    for cached in Path(os.environ['TRITON_CACHE_DIR']).rglob('zero_kernel.cubin'):\n"
+        "        cached.unlink()\n"
+        "        cached.symlink_to(victim)\n"
+    )
+    built = build_triton(source, gemm, task, H100, tmp_path / "build", 300, sandbox="off")
+    assert built.passed, built.message
+    assert victim.read_text() == "not a cubin"
+
+
 def test_ir_override_fails_the_build(gemm: Family, task: Task, tmp_path: Path) -> None:
     """`ir_override` makes Triton take a file as a stage's output instead of compiling: refused, even when the
     file holds what Triton itself made."""

@@ -42,10 +42,16 @@ def _tuples(value: Any) -> Any:
     return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
+def plain(path: Path, folder: Path) -> bool:
+    """Whether `path` is a regular file in `folder` (or below it), not a link: the compile child could have
+    left links to files elsewhere, which this code must neither read nor write through."""
+    return path.is_file() and not path.is_symlink() and path.resolve().is_relative_to(folder.resolve())
+
+
 def recompile(cubin: Path, target: GPUTarget) -> bytes | str:
     """The cubin Triton compiles from `cubin`'s recorded IR and options, or why there is none."""
     ir, recorded = cubin.with_suffix(".ttir"), cubin.with_suffix(".json")
-    if not ir.is_file() or not recorded.is_file():
+    if not all(plain(p, cubin.parent) for p in (cubin, ir, recorded)):
         return "its Triton IR or options were not recorded"
     options = options_of(json.loads(recorded.read_text()), target)
     if isinstance(options, str):
@@ -63,13 +69,15 @@ def replace(cubin: Path, made: bytes, cache: Path) -> str:
     alike) and of the cubin of every entry of the Triton cache `cache` compiled from the same IR."""
     ir = cubin.with_suffix(".ttir").read_text()
     for entry in cache.rglob("*.ttir"):
-        if entry.with_suffix(".cubin").is_file() and entry.read_text() == ir:
-            entry.with_suffix(".cubin").write_bytes(made)
+        cached = entry.with_suffix(".cubin")
+        if plain(entry, cache) and plain(cached, cache) and entry.read_text() == ir:
+            cached.write_bytes(made)
     kernel, _, rest = cubin.name.rpartition("-")
     name = f"{kernel}-{hashlib.sha256(made).hexdigest()[:12]}.{rest.split('.', 1)[1]}"
-    for suffix in (".ttir", ".json"):
+    for suffix in (".ttir", ".json"):  # a rename replaces a link of the new name, never what it points to
         cubin.with_suffix(suffix).rename((cubin.parent / name).with_suffix(suffix))
     cubin.unlink()
+    (cubin.parent / name).unlink(missing_ok=True)
     (cubin.parent / name).write_bytes(made)
     return name
 
