@@ -13,6 +13,7 @@ import importlib.metadata
 import importlib.util
 import json
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,7 @@ def build_triton(
     argv = [*confined.prefix, *child_command("triton_compile", str(plan))]
     done = process.run(argv, timeout, cwd=workdir, env=env)
     log = workdir / "build.log"
+    log.unlink(missing_ok=True)  # whatever the child left there (a link to elsewhere) is not written through
     log.write_text(f"$ {done.command}\n{done.stdout}{done.stderr}")
     data: dict[str, Any] = {
         "triton": importlib.metadata.version("triton"),
@@ -123,9 +125,10 @@ def _recompile(
 ) -> _Recompiled:
     """Every cubin compiled again from its recorded Triton IR by harness code (`child/triton_ir.py`), in a cache
     nothing of the compile child's reaches, and put in its place: no cubin the candidate's Python wrote is kept."""
-    cache, plan, result = (workdir / n for n in ("recompile-cache", "recompile.json", "recompiled.json"))
-    shutil.rmtree(cache, ignore_errors=True)
-    result.unlink(missing_ok=True)
+    plan, result = workdir / "recompile.json", workdir / "recompiled.json"
+    cache = Path(tempfile.mkdtemp(prefix="recompile-cache-", dir=workdir))  # made now: nothing planted can be in it
+    for left in (plan, result):  # whatever the compile child left there (a link to elsewhere) is not written through
+        left.unlink(missing_ok=True)
     capability = target.capability[0] * 10 + target.capability[1]
     plan.write_text(
         json.dumps(
