@@ -9,13 +9,14 @@ inputs, references and baseline times. Outputs are compared here, never in a chi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,8 @@ from .toolchain import find_library, find_tool
 from .verdict import Status, Verdict
 from .workers import PACKAGE_ROOT, Child, ChildFailed, Sandbox, child_command, child_environment, make_sandbox
 
+# per input set, the comparisons of the check's first placement, by output
+CheckedOutputs = dict[int, dict[str, check.Comparison]]
 TRUSTED_TIMEOUT = 900.0  # input sets and fp32 references of a large shape
 ATTEMPTS = 3  # captures at fresh addresses when the driver keeps one of them for itself
 
@@ -178,13 +181,14 @@ class GpuStages:
         captured = self._captures[(subject.candidate.digest, prepared.key)]  # captured again if relocated
         overhead = {"capture_seconds": captured_at - started, "runner_seconds": time.monotonic() - captured_at}
         try:
-            verdicts = [self._check(runner, subject.family, prepared, started)]
-            verdicts[0].data.update(overhead)
-            if verdicts[0].passed:
+            checked, passed = self._check(runner, subject.family, prepared, started)
+            checked.data.update(overhead)
+            verdicts = [checked]
+            if checked.passed:
                 names = frozenset(k.name for k in captured.lists[0].kernels)
                 verdicts.append(self._covered("profile", subject, shape, names))
                 verdicts.append(self._covered("sanitize", subject, shape, names))
-                verdicts.append(self._time(runner, subject, shape, settings))
+                verdicts.append(self._time(runner, subject, shape, settings, passed))
         finally:
             runner.close()
         return verdicts
@@ -242,8 +246,12 @@ class GpuStages:
     def _sets(prepared: Prepared) -> list[dict[str, str]]:
         return [s["inputs"] for s in prepared.sets]
 
-    def _check(self, runner: Runner, family: Family, prepared: Prepared, started: float) -> Verdict:
-        """Every input set at the first placement, then the first set at the second under another poison."""
+    def _check(
+        self, runner: Runner, family: Family, prepared: Prepared, started: float
+    ) -> tuple[Verdict, CheckedOutputs]:
+        """Every input set at the first placement, then the first set at the second under another poison; with
+        the comparisons at the first placement, which the time stage's rechecks reuse."""
+        first: CheckedOutputs = {}
         comparisons: list[check.Comparison] = []
         changed: list[str] = []
         overruns: list[str] = []
@@ -254,27 +262,15 @@ class GpuStages:
                 changed += checked.inputs_changed
                 overruns += checked.overruns
                 label = f"{prepared.labels[index]}, placement {placement}, poison 0x{poison:02X}"
-                comparisons += self.compare_saved(family, prepared, index, checked.outputs, label, poison)
+                found = compare_saved(family, prepared, index, checked.outputs, label, poison)
+                if placement == 0:
+                    first[index] = {c.output: c for c in found}
+                comparisons += found
         except RunnerFailed as exc:
-            return Verdict("check", Status.FAILED, str(exc), seconds=time.monotonic() - started)
+            return Verdict("check", Status.FAILED, str(exc), seconds=time.monotonic() - started), {}
         verdict = check.verdict(comparisons, family.matched_ratio, changed, overruns, time.monotonic() - started)
         verdict.data["sandbox"] = self.sandbox.description
-        return verdict
-
-    def compare_saved(
-        self, family: Family, prepared: Prepared, index: int, files: Mapping[str, str | Path], label: str, poison: int
-    ) -> list[check.Comparison]:
-        """The saved outputs of one call against the set's references; the files are deleted once read (a
-        shape's outputs reach hundreds of MB, saved up to a dozen times)."""
-        out = []
-        for p in (p for p in prepared.params if p["role"] == "output"):
-            shape = tuple(p["shape"])
-            saved = Path(files[p["name"]])
-            got = wire.load(saved, p["dtype"], shape)
-            saved.unlink()
-            expected = wire.load(Path(prepared.sets[index]["reference"][p["name"]]), "fp32", shape)
-            out.append(check.compare(p["name"], label, got, p["dtype"], expected, family.tolerance(p["dtype"]), poison))
-        return out
+        return verdict, first
 
     def _covered(self, stage: str, subject: Subject, shape: Shape, kernels: frozenset[str]) -> Verdict:
         """profile or sanitize, so that every kernel a judged shape launches ran under the tool at least once:
@@ -330,10 +326,14 @@ class GpuStages:
         shutil.rmtree(outputs, ignore_errors=True)  # outputs nobody reads
         return verdict
 
-    def _time(self, runner: Runner, subject: Subject, shape: Shape, settings: Mapping[str, Any]) -> Verdict:
+    def _time(
+        self, runner: Runner, subject: Subject, shape: Shape, settings: Mapping[str, Any], checked: CheckedOutputs
+    ) -> Verdict:
+        """Interleaved with the baseline; the rechecked runs' outputs are compared again, except where their
+        bytes are those the check compared for the same input set."""
         started = time.monotonic()
         family, target = subject.family, subject.target
-        try:  # again: profile and sanitize moved the trusted child on to other shapes
+        try:  # again: profile and sanitize may have moved the trusted child on to other shapes
             prepared = self.prepare(family, subject.task, dict(shape.values), shape.id)
         except ChildFailed as exc:
             return _time_error("baseline", str(exc), started)
@@ -355,7 +355,8 @@ class GpuStages:
 
         def recheck(index: int, files: dict[str, Path]) -> None:
             i = index % len(prepared.sets)
-            rechecks.extend(self.compare_saved(family, prepared, i, files, f"timed run {index}", check.POISONS[0]))
+            label = f"timed run {index}"
+            rechecks.extend(compare_saved(family, prepared, i, files, label, check.POISONS[0], checked.get(i)))
 
         try:
             runner.reload()  # device globals (a call counter) start fresh, as in any new process
@@ -365,6 +366,7 @@ class GpuStages:
         except RunnerFailed as exc:
             return _time_error("candidate", str(exc), started)
         own = subject.code.own
+        compared = {c.digest for outputs in checked.values() for c in outputs.values()}
         problems = timing.problems_in(timed.candidate, set(own))
         drifted = [c.summary() for c in rechecks if not c.passes(family.matched_ratio)]
         if drifted:
@@ -375,6 +377,8 @@ class GpuStages:
             "libraries": prepared.libraries,
             "kernels": sorted({own.get(k["name"], k["name"]) for r in timed.candidate for k in r["kernels"]}),
             "rechecked": timed.rechecked,
+            # rechecks whose bytes were those the check compared: reused, not compared again
+            "rechecks_as_checked": sum(c.digest in compared for c in rechecks),
         }
         return timing.verdict(
             timing.series(timed.candidate),
@@ -387,6 +391,37 @@ class GpuStages:
             data,
             time.monotonic() - started,
         )
+
+
+def compare_saved(
+    family: Family,
+    prepared: Prepared,
+    index: int,
+    files: Mapping[str, str | Path],
+    label: str,
+    poison: int,
+    known: Mapping[str, check.Comparison] | None = None,
+) -> list[check.Comparison]:
+    """The saved outputs of one call against the set's references; an output with the same bytes as one
+    already compared (`known`, same set and poison) gets that comparison again. The files are deleted once
+    read (a shape's outputs reach hundreds of MB, saved up to a dozen times)."""
+    out = []
+    for p in (p for p in prepared.params if p["role"] == "output"):
+        shape = tuple(p["shape"])
+        saved = Path(files[p["name"]])
+        got = wire.load(saved, p["dtype"], shape)
+        saved.unlink()
+        digest = hashlib.sha256(got.data).hexdigest()
+        prior = (known or {}).get(p["name"])
+        if prior is not None and prior.digest == digest:
+            out.append(replace(prior, label=label))
+            continue
+        expected = wire.load(Path(prepared.sets[index]["reference"][p["name"]]), "fp32", shape)
+        tolerance = family.tolerance(p["dtype"])
+        out.append(
+            replace(check.compare(p["name"], label, got, p["dtype"], expected, tolerance, poison), digest=digest)
+        )
+    return out
 
 
 @dataclass(frozen=True)

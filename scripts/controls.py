@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pytest_ptxbench.gpu import TRUSTED_TIMEOUT, GpuStages
+from pytest_ptxbench.gpu import TRUSTED_TIMEOUT, GpuStages, compare_saved
 from pytest_ptxbench.settings import defaults
 from pytest_ptxbench.stages import check
 from pytest_ptxbench.task.catalogue import load_family, resolved_params
@@ -296,7 +296,7 @@ def flashinfer_forward() -> list[str]:
             index = int(index) % len(prepared.sets)
             errors = [
                 f"{c.output} max abs error {c.max_abs_error:.3g} ({c.wrong} of {c.elements} outside tolerance)"
-                for c in stages.compare_saved(family, prepared, index, files, f"set {index}", 0xFF)
+                for c in compare_saved(family, prepared, index, files, f"set {index}", 0xFF)
             ]
             lines.append(
                 f"FlashInfer {task.name} b4-h48-s4096: median {statistics.median(spans):.3f} ms (IQR {_iqr(spans):.3f}) "
@@ -365,6 +365,12 @@ def stage_times(run: Path) -> list[str]:
             f"{seconds.get(s, 0.0):8.1f}" for s in ("build", "inspect", "check", "profile", "sanitize", "time")
         )
         lines.append(f"{row['id']:<40} {cells}  total {sum(seconds.values()):.1f}")
+        data = {v["stage"]: v.get("data", {}) for v in row["verdicts"]}
+        if "capture_seconds" in data.get("check", {}):  # the replay's own overhead, inside check
+            lines.append(
+                f"{'':<40} capture {data['check']['capture_seconds']:.1f} s, runner start"
+                f" {data['check']['runner_seconds']:.1f} s; rechecks reused {data.get('time', {}).get('rechecks_as_checked')}"
+            )
     return lines
 
 

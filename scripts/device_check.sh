@@ -7,6 +7,7 @@
 #   bash scripts/device_check.sh attention  # the reference attention kernels, d128 at S 4096, every stage
 #   bash scripts/device_check.sh baselines  # FlashInfer as the baseline, cuDNN's backward under the task's check
 #   bash scripts/device_check.sh triton     # the Triton references at the core shapes, every stage
+#   bash scripts/device_check.sh suite      # the whole GPU suite, then one candidate at the core GEMM shape
 # Needs the cupti-python wheel carried in .whl/ (see README). Logs go under $OUT (or ./device-out);
 # a short table is printed last.
 set -uo pipefail
@@ -31,6 +32,17 @@ if [ "${1:-}" = triton ]; then
     > "$out/triton-main.log" 2>&1; echo "triton main job rc=$?"
   tar czf "$out/triton.tgz" -C /tmp triton/results.jsonl 2>/dev/null
   sed -n '/= ptxbench =/,/^$/p' "$out/triton-main.log"; python3 scripts/controls.py --stages /tmp/triton
+  exit 0
+fi
+if [ "${1:-}" = suite ]; then
+  python3 -m pytest tests/test_gpu.py tests/test_sandbox.py -q -rA -p no:cacheprovider --durations=6 \
+    --basetemp=/tmp/gpu-tests > "$out/suite.log" 2>&1; echo "GPU suite rc=$?"
+  python3 -m pytest tasks --ptx-model=reference -k gemm-n7168-k5120-h100-m8192 --ptx-shapes=visible -rA \
+    -p no:cacheprovider --durations=2 --ptx-out=/tmp/core > "$out/core.log" 2>&1; echo "core main job rc=$?"
+  tar czf "$out/core.tgz" -C /tmp core/results.jsonl core/environment.json 2>/dev/null
+  grep -E "^(FAILED|ERROR)|^core GEMM|^[0-9.]+s (call|setup)" "$out/suite.log"; tail -n 1 "$out/suite.log"
+  grep -E "^[0-9.]+s (call|setup)" "$out/core.log"; sed -n '/= ptxbench =/,/^$/p' "$out/core.log"
+  python3 scripts/controls.py --stages /tmp/core
   exit 0
 fi
 if [ "${1:-}" = attention ]; then

@@ -62,6 +62,8 @@ def test_reference_gemm_passes_every_stage(pipeline: Pipeline, gemm: Family) -> 
     ), "; ".join(f"{s}: {v.message}" for s, v in verdicts.items() if not v.passed)
     assert verdicts["profile"].data["executed"]["HGMMA.*.F32.BF16"] > 0
     assert verdicts["time"].data["speedup"] > 0.5
+    # deterministic: every rechecked run's C has the bytes the check compared, so none is compared again
+    assert verdicts["time"].data["rechecks_as_checked"] == len(verdicts["time"].data["rechecked"]) == 10
     if verdicts["check"].data["sandbox"].startswith("network and process namespaces"):  # root with unshare
         for stage in ("profile", "sanitize"):  # the tools replay in the namespaces too
             assert verdicts[stage].data["sandbox"].startswith("network and process namespaces"), stage

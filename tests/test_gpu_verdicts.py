@@ -3,6 +3,7 @@ the parts that need no GPU."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from pytest_ptxbench.agent import feedback
 from pytest_ptxbench.child import wire
+from pytest_ptxbench.gpu import Prepared, compare_saved
 from pytest_ptxbench.languages import CUDA, LANGUAGES
 from pytest_ptxbench.parsers import ncu, sass
 from pytest_ptxbench.stages import check, profile, timing
@@ -282,6 +284,34 @@ def test_raw_arrays_round_trip(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="48 bytes, expected 24 for bf16"):
         wire.load(tmp_path / "x.bin", "bf16", (3, 4))
     assert np.array_equal(wire.bf16_to_float(_bf16(values)), values)
+
+
+def test_a_recheck_with_the_checked_bytes_reuses_that_comparison_and_any_other_is_compared(
+    tmp_path: Path, gemm: Family
+) -> None:
+    """The time stage's rechecks: an output whose bytes are those the check compared for the same set gets the
+    check's comparison (identical bytes, identical verdict); one differing bit is compared in full."""
+    expected = np.linspace(-2, 2, 32, dtype=np.float32).reshape(4, 8)
+    wire.save(tmp_path / "ref" / "C.bin", expected)
+    output = {"name": "C", "role": "output", "shape": [4, 8], "dtype": "bf16"}
+    sets = [{"inputs": {}, "reference": {"C": str(tmp_path / "ref" / "C.bin")}}]
+    prepared = Prepared("t/s", {}, [output], sets, ["normal"], {}, None)
+
+    def saved(values: np.ndarray) -> dict[str, Path]:
+        wire.save(tmp_path / "out" / "C.bin", values)
+        return {"C": tmp_path / "out" / "C.bin"}
+
+    [checked] = compare_saved(gemm, prepared, 0, saved(_bf16(expected)), "check", 0xFF)
+    assert checked.passes(1.0) and len(checked.digest) == 64
+    (tmp_path / "ref" / "C.bin").rename(tmp_path / "kept.bin")  # reused: the reference is not read again
+    [again] = compare_saved(gemm, prepared, 0, saved(_bf16(expected)), "timed run 12", 0xFF, {"C": checked})
+    assert again == dataclasses.replace(checked, label="timed run 12")
+    (tmp_path / "kept.bin").rename(tmp_path / "ref" / "C.bin")
+    off = _bf16(expected)
+    off[2, 3] ^= 0x4000  # one element far off
+    [compared] = compare_saved(gemm, prepared, 0, saved(off), "timed run 13", 0xFF, {"C": checked})
+    assert compared.digest != checked.digest and compared.wrong == 1 and not compared.passes(1.0)
+    assert not (tmp_path / "out" / "C.bin").exists()  # read once, then deleted
 
 
 def test_pytest_benchmark_records_the_replayed_latencies(

@@ -20,6 +20,7 @@ from .cudart import Runtime
 from .timing import Clock, RunFailed
 from .tracing import Tracer
 
+KEPT = 2  # shapes whose sets stay made
 TORCH_DTYPES = {name: getattr(torch, d.long_name) for name, d in DTYPES.items()}
 
 
@@ -146,6 +147,20 @@ class Trusted:
         self.shapes: dict[str, Shape] = {}
         self.clock: Clock | None = None
 
+    def _shape(self, request: dict[str, Any]) -> Shape:
+        """The shape's sets, made once while it stays among the last KEPT used: a candidate's evaluation moves
+        to the sanitizer's shape and back (each shape's files reach gigabytes in /dev/shm)."""
+        key = request["key"]
+        shape = self.shapes.pop(key, None)
+        if shape is None:
+            while len(self.shapes) >= KEPT:  # room first: the GPU holds every kept shape's sets too
+                oldest = self.shapes.pop(next(iter(self.shapes)))
+                for folder in oldest.folders:
+                    shutil.rmtree(folder, ignore_errors=True)
+            shape = Shape(request)
+        self.shapes[key] = shape  # the most recently used last
+        return shape
+
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")
         if op == "prepare":
@@ -153,12 +168,7 @@ class Trusted:
                 versions, unavailable = libraries.versions(request.get("requires", [])), None
             except libraries.Unavailable as exc:
                 versions, unavailable = {}, str(exc)
-            if request["key"] not in self.shapes:
-                for old in self.shapes.values():  # gigabytes each in /dev/shm: one shape's files at a time
-                    for folder in old.folders:
-                        shutil.rmtree(folder, ignore_errors=True)
-                self.shapes = {request["key"]: Shape(request)}  # one shape's sets at a time
-            shape = self.shapes[request["key"]]
+            shape = self._shape(request)
             shape.use(request["baseline"] if unavailable is None else None)
             return {
                 "sets": shape.files,

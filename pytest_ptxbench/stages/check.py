@@ -34,6 +34,7 @@ class Comparison:
     max_abs_error: float
     worst: list[str] = field(default_factory=list)
     nonfinite: int = 0  # written NaN or infinity: never within a matched ratio
+    digest: str = ""  # sha256 of the stored bytes compared, where the caller recorded it
 
     @property
     def ok(self) -> bool:
