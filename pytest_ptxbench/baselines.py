@@ -138,3 +138,35 @@ def cudnn_backward(
         scale=float(values["D"]) ** -0.5,
     )
     return dq, dk, dv
+
+
+def gqa_paged_decode_flashinfer(
+    inputs: Mapping[str, torch.Tensor],
+    outputs: Mapping[str, torch.Tensor],
+    values: Mapping[str, Any],
+    state: dict[str, Any],
+) -> None:
+    """FlashInfer's batch decode over the paged cache (NHD), planned once per shape (the page tables are the
+    same in every input set); its base-2 LSE is turned into ours in one elementwise kernel."""
+    if "wrapper" not in state:
+        flashinfer = libraries.load("flashinfer")
+        workspace = torch.empty(FLASHINFER_WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
+        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, kv_layout="NHD")
+        wrapper.plan(
+            inputs["kv_indptr"],
+            inputs["kv_indices"],
+            inputs["kv_last_page_len"],
+            int(values["H"]),
+            int(values["KV"]),
+            int(values["D"]),
+            int(values["P"]),
+            q_data_type=inputs["q"].dtype,
+            kv_data_type=inputs["k_cache"].dtype,
+            sm_scale=float(values["D"]) ** -0.5,
+        )
+        lse = torch.empty(outputs["lse"].shape, dtype=torch.float32, device="cuda")
+        state.update(wrapper=wrapper, workspace=workspace, lse=lse)
+    state["wrapper"].run(
+        inputs["q"], (inputs["k_cache"], inputs["v_cache"]), out=outputs["output"], lse=state["lse"], return_lse=True
+    )
+    torch.mul(state["lse"], math.log(2.0), out=outputs["lse"])

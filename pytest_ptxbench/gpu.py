@@ -51,6 +51,7 @@ class Prepared:
     labels: list[str]
     libraries: dict[str, Any]  # versions: torch, cuDNN, the device, and what the baseline requires
     unavailable: str | None  # why the baseline cannot run here, e.g. its library cannot be imported
+    host: dict[str, list[int]]  # the host-visible inputs (page tables), the same in every set
 
 
 class GpuStages:
@@ -59,6 +60,7 @@ class GpuStages:
         self.run_dir = run_dir
         self._trusted: Child | None = None
         self._captures: dict[tuple[str, str], Captured] = {}  # per (candidate, task/shape)
+        self._host: dict[str, dict[str, list[int]]] = {}  # host-visible inputs per task/shape
         self._coverage: dict[tuple[str, str, str], list[Verdict]] = {}  # profile and sanitize runs so far
         # kernels that changed the checkout: every later evaluation fails too, whatever it reuses from caches
         self._tampered: dict[str, Verdict] = {}
@@ -115,6 +117,8 @@ class GpuStages:
         values = {**task.axes, **shape_values}
         key = f"{task.name}/{label}"
         params = resolved_params(family, values)
+        if key not in self._host:
+            self._host[key] = family.host_inputs.tables(values, self.settings["seed"]) if family.host_inputs else {}
         reply = self.trusted().request(
             {
                 "op": "prepare",
@@ -125,6 +129,7 @@ class GpuStages:
                 "requires": list(family.timed_against.requires),
                 "params": params,
                 "values": values,
+                "host": self._host[key],
                 "seed": self.settings["seed"],
                 "folder": str(self.private / "sets" / key),
                 "references": str(self.references / key),
@@ -136,7 +141,9 @@ class GpuStages:
             self._restart_trusted()
             raise ChildFailed(f"the trusted child could not prepare {key}: {reply['error']}")
         labels = [d.name for d in family.distributions]
-        return Prepared(key, values, params, reply["sets"], labels, reply["libraries"], reply["unavailable"])
+        return Prepared(
+            key, values, params, reply["sets"], labels, reply["libraries"], reply["unavailable"], self._host[key]
+        )
 
     # one candidate on one shape ---------------------------------------------------------------
     def evaluate(
@@ -206,6 +213,7 @@ class GpuStages:
                 "entry": language.entry(family),
                 "params": prepared.params,
                 "inputs": [p["name"] for p in prepared.params if p["role"] == "input"],
+                "host_inputs": prepared.host,
             }
             sizes = buffer_sizes(prepared.params, int(family.workspace_bytes(prepared.values)))
             folder = self.scratch / "captures" / subject.candidate.digest / prepared.key
@@ -314,7 +322,7 @@ class GpuStages:
         runner = child_command("runner", "--once", str(plan))
         env = child_environment(folder)
         if stage == "profile":
-            work = profile.Work(family.flops(prepared.values), family.min_tensor_share)
+            work = profile.Work(family.flops(prepared.values), family.min_tensor_share, family.max_simt_share)
             opcodes = family.opcodes.get(subject.target.name, ())
             prefix = self.tool_sandbox.prefix
             verdict = profile.profile(tool, runner, plan, result, env, code.own, opcodes, work, 600, prefix)

@@ -72,3 +72,43 @@ def attention_bwd_inputs(inputs: Mapping[str, torch.Tensor], values: Mapping[str
     """O and LSE as the forward computes them from Q, K, V (O rounded to bf16 as a kernel would store it)."""
     forward = attention_fwd(inputs, values)
     return {"O": forward["O"].to(torch.bfloat16), "LSE": forward["LSE"]}
+
+
+def paged_sequences(inputs: Mapping[str, torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each sequence's K and V, [length, KV, D], gathered from its pages in token order."""
+    indptr, indices = inputs["kv_indptr"].tolist(), inputs["kv_indices"]
+    last = inputs["kv_last_page_len"].tolist()
+    out = []
+    for b in range(len(last)):
+        pages = indices[indptr[b] : indptr[b + 1]].long()
+        length = (len(pages) - 1) * inputs["k_cache"].shape[1] + last[b] if len(pages) else 0
+        k, v = (inputs[n][pages].flatten(0, 1)[:length] for n in ("k_cache", "v_cache"))
+        out.append((k, v))
+    return out
+
+
+def gqa_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float
+) -> Tensors:
+    """q [rows, H, D] against k, v [keys, KV, D] (query head h reads KV head h // (H / KV)); `mask` [rows, keys]
+    True where a key is hidden. A row that attends to no key gets output 0 and LSE -inf (the log of an empty
+    sum), never NaN."""
+    group = q.shape[1] // k.shape[1]
+    keys, values = (t.float().repeat_interleave(group, dim=1).transpose(0, 1) for t in (k, v))  # [H, keys, D]
+    scores = (q.float().transpose(0, 1) @ keys.transpose(1, 2)) * scale  # [H, rows, keys]
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)  # -inf where nothing is attended
+    weights = torch.exp(scores - lse.unsqueeze(-1)).nan_to_num(0.0)
+    return {"output": (weights @ values).transpose(0, 1), "lse": lse.transpose(0, 1)}
+
+
+def gqa_paged_decode(inputs: Mapping[str, torch.Tensor], values: Mapping[str, Any]) -> Tensors:
+    scale = float(values["D"]) ** -0.5
+    q = inputs["q"]
+    output = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+    for b, (k, v) in enumerate(paged_sequences(inputs)):
+        one = gqa_attention(q[b : b + 1], k, v, None, scale)
+        output[b], lse[b] = one["output"][0], one["lse"][0]
+    return {"output": output, "lse": lse}

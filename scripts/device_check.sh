@@ -8,6 +8,8 @@
 #   bash scripts/device_check.sh baselines  # FlashInfer as the baseline, cuDNN's backward under the task's check
 #   bash scripts/device_check.sh triton     # the Triton references at the core shapes, every stage
 #   bash scripts/device_check.sh suite      # the whole GPU suite, then one candidate at the core GEMM shape
+#   bash scripts/device_check.sh decode     # the paged decode reference at its core shapes against FlashInfer
+#                                           # (FlashInfer's wheels carried in .whl-flashinfer/)
 # Needs the cupti-python wheel carried in .whl/ (see README). Logs go under $OUT (or ./device-out);
 # a short table is printed last.
 set -uo pipefail
@@ -43,6 +45,18 @@ if [ "${1:-}" = suite ]; then
   grep -E "^(FAILED|ERROR)|^core GEMM|^[0-9.]+s (call|setup)" "$out/suite.log"; tail -n 1 "$out/suite.log"
   grep -E "^[0-9.]+s (call|setup)" "$out/core.log"; sed -n '/= ptxbench =/,/^$/p' "$out/core.log"
   python3 scripts/controls.py --stages /tmp/core
+  exit 0
+fi
+if [ "${1:-}" = decode ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl-flashinfer/*.whl
+  export FLASHINFER_WORKSPACE_BASE=/tmp/flashinfer
+  python3 -m pytest tests/test_references.py -q -p no:cacheprovider 2>&1 | tail -n 1
+  timeout 420 python3 -m pytest tasks --ptx-model=reference -k "gqa_paged_decode and kv8 and b64-l4096" -rA \
+    -p no:cacheprovider --ptx-shapes=visible --ptx-out=/tmp/decode > "$out/decode.log" 2>&1; echo "decode rc=$?"
+  tar czf "$out/decode.tgz" -C /tmp decode/results.jsonl decode/logs 2>/dev/null
+  sed -n '/= ptxbench =/,/^$/p' "$out/decode.log"; python3 scripts/controls.py --stages /tmp/decode
+  grep -E "^E |Error" "$out/decode.log" | head -n 20
+  [ "${2:-}" = opcodes ] && python3 scripts/flashinfer_decode_opcodes.py
   exit 0
 fi
 if [ "${1:-}" = attention ]; then

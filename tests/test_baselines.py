@@ -84,7 +84,12 @@ def test_choose_baseline_applies_where_declared() -> None:
     families = load_catalogue(TASKS)
     assert choose_baseline(families, None) is families
     chosen = {f.name: f.baseline_library for f in choose_baseline(families, "flashinfer")}
-    assert chosen == {"attention_bwd": "cuDNN", "attention_fwd": "FlashInfer", "gemm": "cuBLAS"}
+    assert chosen == {
+        "attention_bwd": "cuDNN",
+        "attention_fwd": "FlashInfer",
+        "gemm": "cuBLAS",
+        "gqa_paged_decode": "FlashInfer",
+    }
     assert {f.baseline_name for f in choose_baseline(families, "default")} == {"default"}
     with pytest.raises(
         UnknownBaseline,

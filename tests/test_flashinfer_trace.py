@@ -176,11 +176,13 @@ def test_the_hand_built_tree_is_one_flashinfer_bench_loads(tmp_path: Path) -> No
 def test_family_for_known_definitions(tmp_path: Path) -> None:
     tree = load_tree(make_tree(tmp_path))
     mapped = {name: family_for(d) for name, d in tree.definitions.items()}
-    heads = {"Hq": 32, "Hkv": 4, "D": 128, "page": 1}
+    tables = "but its workloads' page tables are data, and ptxbench's paged shapes make theirs"
     assert mapped == {
         "gemm_n4096_k4096": ("gemm", {"N": 4096, "K": 4096}),
-        "gqa_paged_decode_h32_kv4_d128_ps1": ("gqa_paged_decode", heads),
-        "gqa_paged_prefill_causal_h32_kv4_d128_ps1": ("gqa_paged_prefill", {**heads, "causal": 1}),
+        "gqa_paged_decode_h32_kv4_d128_ps1": f"a gqa_paged_decode task (H 32, KV 4, D 128, P 1), {tables}"
+        " from a batch, a mean length and a pattern",
+        "gqa_paged_prefill_causal_h32_kv4_d128_ps1": f"a gqa_paged_prefill task (H 32, KV 4, D 128, P 1), {tables}"
+        " from a batch, a mean length and a pattern",
         "fused_add_rmsnorm_h4096": "op_type 'rmsnorm' has no ptxbench family",
     }
 
@@ -642,7 +644,10 @@ def test_a_trees_definitions_become_the_tasks_and_its_workloads_the_shapes(tmp_p
     assert "m70" not in [s.id for s in gemm.shapes("hidden")] and gemm.hidden  # visible now, the rest kept
     assert not_tasks(tree) == {
         "fused_add_rmsnorm_h4096": "op_type 'rmsnorm' has no ptxbench family",
-        "gqa_paged_prefill_causal_h32_kv4_d128_ps1": "it has no workloads",
+        "gqa_paged_decode_h32_kv4_d128_ps1": family_for(tree.definitions["gqa_paged_decode_h32_kv4_d128_ps1"]),
+        "gqa_paged_prefill_causal_h32_kv4_d128_ps1": family_for(
+            tree.definitions["gqa_paged_prefill_causal_h32_kv4_d128_ps1"]
+        ),
     }
 
 
@@ -671,10 +676,10 @@ def test_ptx_tasks_collects_the_trees_tasks_and_says_what_it_cannot_load(project
     header = project.runpytest_subprocess("tasks", f"--ptx-tasks={tree}", "--collect-only")
     header.stdout.fnmatch_lines(
         [
-            "ptxbench tasks: FlashInfer-Trace */tree: tasks of a family: gemm_n4096_k4096 (gemm), "
-            "gqa_paged_decode_h32_kv4_d128_ps1 (gqa_paged_decode)",
+            "ptxbench tasks: FlashInfer-Trace */tree: tasks of a family: gemm_n4096_k4096 (gemm)",
             "ptxbench tasks: not loadable: fused_add_rmsnorm_h4096: op_type 'rmsnorm' has no ptxbench family",
-            "ptxbench tasks: not loadable: gqa_paged_prefill_causal_h32_kv4_d128_ps1: it has no workloads",
+            "ptxbench tasks: not loadable: gqa_paged_decode_h32_kv4_d128_ps1: a gqa_paged_decode task (H 32, KV 4,*",
+            "ptxbench tasks: not loadable: gqa_paged_prefill_causal_h32_kv4_d128_ps1: a gqa_paged_prefill task*",
         ]
     )
     bad = project.runpytest_subprocess("tasks", f"--ptx-tasks={project.path / 'nowhere'}", "--collect-only")

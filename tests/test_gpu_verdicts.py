@@ -295,7 +295,7 @@ def test_a_recheck_with_the_checked_bytes_reuses_that_comparison_and_any_other_i
     wire.save(tmp_path / "ref" / "C.bin", expected)
     output = {"name": "C", "role": "output", "shape": [4, 8], "dtype": "bf16"}
     sets = [{"inputs": {}, "reference": {"C": str(tmp_path / "ref" / "C.bin")}}]
-    prepared = Prepared("t/s", {}, [output], sets, ["normal"], {}, None)
+    prepared = Prepared("t/s", {}, [output], sets, ["normal"], {}, None, {})
 
     def saved(values: np.ndarray) -> dict[str, Path]:
         wire.save(tmp_path / "out" / "C.bin", values)

@@ -12,7 +12,7 @@ import pytest
 
 from .conftest import KERNELS, results
 
-COUNTS = {"gemm": 17 * 12, "attention_fwd": 8 * 6, "attention_bwd": 6 * 5}
+COUNTS = {"gemm": 17 * 12, "attention_fwd": 8 * 6, "attention_bwd": 6 * 5, "gqa_paged_decode": 4 * 7}
 SKIP_REASON = "passed: build, inspect (HGMMA.64x256x16.F32.BF16, UTMALDG.2D in gemm_bf16_tn_kernel); needs an sm_90 device (H100-class), found none"
 
 
@@ -20,7 +20,7 @@ def _ids(result: pytest.RunResult) -> list[str]:
     return [line.split("[", 1)[1].rstrip("]") for line in result.outlines if line.startswith("tasks/test_tasks.py::")]
 
 
-def test_collect_lists_all_three_families_with_readable_ids(project: pytest.Pytester) -> None:
+def test_collect_lists_every_family_with_readable_ids(project: pytest.Pytester) -> None:
     result = project.runpytest_subprocess("tasks", "--collect-only", "-q")
     ids = _ids(result)
     assert len(ids) == sum(COUNTS.values())

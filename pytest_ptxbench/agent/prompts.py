@@ -63,6 +63,9 @@ def task_card(family: Family, task: Task, target: Target, language: Language) ->
         if p.role in ("input", "output"):
             dims = ", ".join(d.text for d in p.shape)
             lines.append(f"- {p.name}: {p.role}, {p.dtype} [{dims}], row-major, contiguous")
+        elif p.role == "host":
+            kind = "a host array" if language.name == "cuda" else "a Python list of int"
+            lines.append(f"- {p.name}: the values of {p.of} as {kind}, to plan launches on the host")
         elif p.role == "scalar" and p.value is not None and p.value.text != p.name:
             lines.append(f"- {p.name} = {p.value.text}")
     stream = "stream: launch everything on it" if language.name == "cuda" else "launch on the current stream"

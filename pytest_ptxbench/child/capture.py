@@ -2,7 +2,8 @@
 CUDA stream capture, once per buffer placement, in one process (a launcher that caches pointers or TMA
 descriptors from its first call shows it at the second placement). What leaves is data: the launch list.
 
-The buffers hold poison, never task data, so no launch can depend on input values. Anything but kernel
+The buffers hold poison, never task data, so no launch can depend on input values; only a task's
+host-visible inputs (page tables), which the launcher also gets as host arrays, hold their values. Anything but kernel
 launches, memsets and copies on the given stream is refused, naming what was found.
 """
 
@@ -37,6 +38,8 @@ class Capture:
         self.runtime = Runtime(Path(request["cudart"]))  # the copy the candidate's library resolves to
         library = ctypes.CDLL(request["host"])  # the candidate's host code runs from here on
         self.params: list[dict[str, Any]] = request["params"]
+        # host-visible inputs (page tables): int32 arrays the launcher may read to plan its launches
+        self.host_inputs = {name: (ctypes.c_int32 * len(v))(*v) for name, v in request.get("host_inputs", {}).items()}
         self.launch = getattr(library, request["entry"])
         self.launch.argtypes = [_ctype(p["ctype"]) for p in self.params]
         self.launch.restype = ctypes.c_int
@@ -47,6 +50,7 @@ class Capture:
         self.placements = [Placement.from_json(p) for p in request["placements"]]
         for placement in self.placements:
             driver.map_placement(placement, device, int(request["poison"]))
+            driver.write_host_inputs(placement, request.get("host_inputs", {}))
         self.stream = driver.stream()
 
     def arguments(self, placement: Placement) -> list[Any]:
@@ -57,6 +61,8 @@ class Capture:
             role = p["role"]
             if role in ("input", "output"):
                 args.append(placement.buffers[p["name"]].pointer)
+            elif role == "host":
+                args.append(ctypes.addressof(self.host_inputs[p["of"]]))
             else:
                 args.append(p["value"] if role == "scalar" else fixed[role])
         return args

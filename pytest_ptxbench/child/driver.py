@@ -5,6 +5,7 @@ Every call's status is checked: a wrong assumption reads as an error that names 
 
 from __future__ import annotations
 
+import array
 import ctypes
 from typing import Any
 
@@ -67,6 +68,15 @@ def map_placement(placement: Placement, device: Any, fill: int) -> None:
         ok("cuMemSetAccess", cu.cuMemSetAccess(buffer.mapped, buffer.mapped_bytes, [access], 1))
         ok("cuMemsetD8", cu.cuMemsetD8(buffer.mapped, fill, buffer.mapped_bytes))
     ok("cuCtxSynchronize", cu.cuCtxSynchronize())
+
+
+def write_host_inputs(placement: Placement, host_inputs: dict[str, list[int]]) -> None:
+    """The host-visible inputs (int32 page tables, which the launcher gets as host arrays anyway) into their
+    buffers, where the rest stays poison: a kernel run before the capture (Triton loading its kernels) then
+    indexes the cache with real page numbers, not poison."""
+    for name, values in host_inputs.items():
+        data = array.array("i", values).tobytes()
+        ok("cuMemcpyHtoD", cu.cuMemcpyHtoD(placement.buffers[name].pointer, data, len(data)))
 
 
 def stream() -> Any:

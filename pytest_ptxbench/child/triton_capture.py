@@ -70,9 +70,11 @@ class TritonCapture:
         self.placements = [Placement.from_json(p) for p in request["placements"]]
         for placement in self.placements:
             driver.map_placement(placement, device, int(request["poison"]))
+            driver.write_host_inputs(placement, request.get("host_inputs", {}))
         self.stream = driver.stream()
         self.current = torch.cuda.ExternalStream(int(self.stream))
         self.params: list[dict[str, Any]] = [p for p in request["params"] if p["role"] not in NOT_RUN_PARAMS]
+        self.host_inputs: dict[str, list[int]] = request.get("host_inputs", {})  # page tables, as lists of ints
         self.origins: dict[int, str] = {}  # function handle → the sha256 of its cubin
         triton.set_allocator(_no_allocation)
         launch = JITFunction.run
@@ -97,9 +99,14 @@ class TritonCapture:
         return raw.view(getattr(torch, DTYPES[p["dtype"]].long_name)).view(tuple(p["shape"]))
 
     def arguments(self, placement: Placement) -> list[Any]:
-        return [
-            self.tensor(placement.buffers[p["name"]], p) if p["role"] != "scalar" else p["value"] for p in self.params
-        ]
+        return [self.argument(placement, p) for p in self.params]
+
+    def argument(self, placement: Placement, p: dict[str, Any]) -> Any:
+        if p["role"] == "scalar":
+            return p["value"]
+        if p["role"] == "host":
+            return list(self.host_inputs[p["of"]])  # a copy per call
+        return self.tensor(placement.buffers[p["name"]], p)
 
     def call(self, placement: Placement, when: str) -> None:
         try:

@@ -253,6 +253,8 @@ def compile_plan(plan: dict[str, Any]) -> dict[str, Any]:
                 args.append(make(tuple(p["shape"]), p["dtype"], index))
             elif p["role"] == "workspace":
                 args.append(make((shape["workspace_bytes"],), "u8", index))
+            elif p["role"] == "host":
+                args.append(list(shape["host"][p["of"]]))
             else:
                 args.append(p["value"])
         recorder.launches = []

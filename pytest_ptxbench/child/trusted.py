@@ -68,7 +68,10 @@ class Shape:
         reference = _resolve(request["reference"])
         derived = request["derived"]  # inputs computed from the drawn ones: {function, names}, or None
         derive = None if derived is None else _resolve(derived["function"])
-        drawn = [p for p in self.params if p["role"] == "input" and p["name"] not in (derived or {}).get("names", ())]
+        host: dict[str, list[int]] = request["host"]  # page tables: made by the harness, the same in every set
+        made = {*(derived or {}).get("names", ()), *host}
+        drawn = [p for p in self.params if p["role"] == "input" and p["name"] not in made]
+        shapes = {p["name"]: p["shape"] for p in self.params if "shape" in p}
         self.baseline: Callable[..., Any] | None = None
         self.baseline_path: str | None = None
         self.sets: list[dict[str, torch.Tensor]] = []
@@ -80,6 +83,10 @@ class Shape:
                 )
                 for p in drawn
             }
+            for name, values in host.items():
+                tensors[name] = torch.tensor(values, dtype=torch.int32, device="cuda")
+                if list(tensors[name].shape) != shapes[name]:
+                    raise ValueError(f"host input {name}: {len(values)} values, its shape is {shapes[name]}")
             if derived is not None and derive is not None:
                 made = derive(tensors, self.values, _seed(request["seed"], request["key"], index, "derived"))
                 if set(made) != set(derived["names"]):

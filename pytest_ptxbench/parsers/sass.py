@@ -53,10 +53,14 @@ def opcode_of(instruction: str) -> str:
 
 def matches(pattern: str, mnemonic: str) -> bool:
     """Dot-separated tokens, compared from the left with shell wildcards; extra trailing modifiers
-    are allowed. `HGMMA.*.F32.BF16` matches `HGMMA.64x256x16.F32.BF16`, not `HGMMA.64x256x16.F32`;
-    `UTMALDG` matches `UTMALDG.2D`."""
-    want, have = pattern.split("."), mnemonic.split(".")
-    return len(have) >= len(want) and all(fnmatchcase(h, w) for w, h in zip(want, have, strict=False))
+    are allowed; `|` separates alternatives. `HGMMA.*.F32.BF16` matches `HGMMA.64x256x16.F32.BF16`, not
+    `HGMMA.64x256x16.F32`; `UTMALDG` matches `UTMALDG.2D`; `UBLKCP.S.G|UTMALDG` matches either."""
+    have = mnemonic.split(".")
+    for alternative in pattern.split("|"):
+        want = alternative.split(".")
+        if len(have) >= len(want) and all(fnmatchcase(h, w) for w, h in zip(want, have, strict=False)):
+            return True
+    return False
 
 
 def holders(pattern: str, kernels: dict[str, Kernel]) -> dict[str, list[str]]:

@@ -1,9 +1,10 @@
 """Stage *check*: the candidate's outputs against the trusted reference, element by element.
 
 An element is wrong when its absolute AND relative error exceed the task's tolerance for its dtype, or
-when it is not finite; a task's matched ratio may forgive a few wrong elements, never a non-finite one. Poisoned elements left as they were are reported as never written; a second
-call on the first input set with a different, finite poison catches stale results. All-zero outputs
-and inputs the call changed fail too.
+when it is not finite (unless the reference holds that same infinity: the LSE of a row with nothing to
+attend); a task's matched ratio may forgive a few wrong elements, never a non-finite one. Poisoned
+elements left as they were are reported as never written; a second call on the first input set with a
+different, finite poison catches stale results. All-zero outputs and inputs the call changed fail too.
 """
 
 from __future__ import annotations
@@ -75,10 +76,13 @@ def compare(
         poisoned = bits == poison_bits
         values = as_float(stored[start : start + CHUNK], dtype)
         finite = np.isfinite(values)
+        exact = values == ref  # also the same infinity where the reference is one (the LSE of an empty row)
         unwritten += int(np.count_nonzero(poisoned))
-        nonfinite += int(np.count_nonzero(~finite & ~poisoned))
-        error = np.abs(values - ref)
-        bad = ~finite | ((error > tolerance.atol) & (error > tolerance.rtol * np.abs(ref)))
+        nonfinite += int(np.count_nonzero(~finite & ~poisoned & ~exact))
+        with np.errstate(invalid="ignore"):
+            error = np.abs(values - ref)
+        far = (error > tolerance.atol) & (error > tolerance.rtol * np.abs(ref))
+        bad = ~exact & (~finite | ~np.isfinite(ref) | far)
         measurable = error[np.isfinite(error)]
         if measurable.size:
             max_error = max(max_error, float(measurable.max()))

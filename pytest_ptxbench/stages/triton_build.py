@@ -28,6 +28,7 @@ from ..workers import PACKAGE_ROOT, child_command, child_environment
 
 LOG_TAIL_CHARS = 4000
 
+BUILD_SEED = 0  # of the host-visible inputs `run` gets at build time
 MAX_SHARED_BYTES = 227 << 10  # the shared memory one block may use on H100- and B200-class GPUs
 
 
@@ -156,7 +157,9 @@ def _shape(family: Family, values: dict[str, AxisValue], label: str) -> dict[str
     """One shape of the plan: `run`'s parameters, resolved, and the workspace's size."""
     names = set(run_params(family))
     params = [p for p in resolved_params(family, values) if p["name"] in names]
-    return {"label": label, "params": params, "workspace_bytes": int(family.workspace_bytes(values))}
+    # host-visible inputs: their lengths are the shape's; only which pages hold what depends on the run's seed
+    host = family.host_inputs.tables(values, BUILD_SEED) if family.host_inputs else {}
+    return {"label": label, "params": params, "workspace_bytes": int(family.workspace_bytes(values)), "host": host}
 
 
 def _judge(compiled: dict[str, Any], cubins: Path) -> tuple[list[str], dict[str, list[dict[str, Any]]]]:

@@ -8,6 +8,7 @@ of its axes (`gemm-n7168-k5120`); a *shape* sets the rest (`m8192`). A malformed
 from __future__ import annotations
 
 import difflib
+import importlib
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -19,7 +20,7 @@ from ..targets import TARGETS
 from .formula import Formula, FormulaError
 from .yaml_file import YAMLFileError, read_yaml
 
-ROLES = ("input", "output", "scalar", "workspace", "workspace_bytes", "stream")
+ROLES = ("input", "output", "scalar", "host", "workspace", "workspace_bytes", "stream")
 DISTRIBUTIONS = {"normal": {"std"}, "uniform": {"low", "high"}, "spiky": {"std", "outlier_fraction", "outlier_scale"}}
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -37,6 +38,7 @@ FAMILY_FIELDS = (
     "workspace_bytes",
     "reference",
     "derived_inputs",
+    "host_inputs",
     "baseline",
     "baselines",
     "flops",
@@ -44,6 +46,7 @@ FAMILY_FIELDS = (
     "tolerances",
     "matched_ratio",
     "min_tensor_share",
+    "max_simt_share",
     "inputs",
     "opcodes",
     "not_run_on_hardware",
@@ -51,7 +54,7 @@ FAMILY_FIELDS = (
 AXES_FIELDS = ("task", "shape")
 SHAPES_FIELDS = ("visible", "hidden")
 LAUNCHER_FIELDS = ("name", "returns", "params")
-PARAM_FIELDS = ("name", "type", "role", "dtype", "shape", "value")
+PARAM_FIELDS = ("name", "type", "role", "dtype", "shape", "value", "of")
 BASELINE_FIELDS = ("library", "function", "requires")
 DERIVED_FIELDS = ("function", "names")
 TOLERANCE_FIELDS = ("atol", "rtol")
@@ -78,6 +81,7 @@ class Param:
     dtype: str | None = None
     shape: tuple[Formula, ...] = ()
     value: Formula | None = None  # scalars: evaluated from the task's axes
+    of: str | None = None  # a host parameter: the input whose values it holds, as a host array
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,23 @@ class Derived:
 
 
 @dataclass(frozen=True)
+class HostInputs:
+    """Integer inputs the launcher also gets as host arrays (page tables, to plan its launches on the host):
+    `function(values, seed)`, plain Python (no torch), returns exactly `names` as lists of ints, the same for
+    every input set of a shape."""
+
+    function: str  # "module:function", run by the harness
+    names: tuple[str, ...]
+
+    def tables(self, values: Mapping[str, AxisValue], seed: int) -> dict[str, list[int]]:
+        module, _, name = self.function.partition(":")
+        made: dict[str, list[int]] = getattr(importlib.import_module(module), name)(values, seed)
+        if set(made) != set(self.names):
+            raise ValueError(f"{self.function} returned {sorted(made)}, expected {list(self.names)}")
+        return made
+
+
+@dataclass(frozen=True)
 class Shape:
     values: Mapping[str, AxisValue]
     id: str
@@ -137,6 +158,7 @@ class Family:
     launcher: Launcher
     reference: str
     derived: Derived | None
+    host_inputs: HostInputs | None
     baselines: Mapping[str, Baseline]  # "default" (the task file's `baseline:`) and each of `baselines:`
     baseline_name: str  # the one the family is timed against
     flops: Formula
@@ -145,6 +167,7 @@ class Family:
     tolerances: Mapping[str, Tolerance]
     matched_ratio: float
     min_tensor_share: float  # the share of the task's FLOPs the required MMA instructions must execute
+    max_simt_share: float  # the share of the task's FLOPs CUDA-core arithmetic may carry (decoy work above)
     distributions: tuple[Distribution, ...]
     sanitizer_shape: Mapping[str, AxisValue]
     opcodes: Mapping[str, tuple[str, ...]]
@@ -329,17 +352,26 @@ class _Reader:
         sanitizer_shape = self.shape(self.get(raw, "sanitizer_shape", Mapping, ""), shape_axes, "sanitizer_shape")
         launcher = self.launcher(self.get(raw, "launcher", Mapping, ""), names)
         derived = self.derived(raw["derived_inputs"], launcher) if "derived_inputs" in raw else None
-        derived_names = derived.names if derived else ()
+        host_inputs = self.host_inputs(raw["host_inputs"], launcher) if "host_inputs" in raw else None
+        made = (derived.names if derived else ()) + (host_inputs.names if host_inputs else ())
+        twice = sorted({n for n in made if made.count(n) > 1})
+        if twice:
+            raise self.fail("host_inputs.names", f"{twice[0]!r} is also in derived_inputs.names")
         drawn_integers = [
             p.name
             for p in launcher.params
-            if p.role == "input" and p.dtype and not DTYPES[p.dtype].floating and p.name not in derived_names
+            if p.role == "input" and p.dtype and not DTYPES[p.dtype].floating and p.name not in made
         ]
         if drawn_integers:
             raise self.fail(
                 "launcher.params",
-                f"integer input {drawn_integers[0]!r} is drawn from no distribution: list it in derived_inputs.names",
+                f"integer input {drawn_integers[0]!r} is drawn from no distribution: "
+                "list it in derived_inputs.names or host_inputs.names",
             )
+        for i, p in enumerate(launcher.params):
+            if p.role == "host" and (host_inputs is None or p.of not in host_inputs.names):
+                known = list(host_inputs.names) if host_inputs else []
+                raise self.fail(f"launcher.params[{i}].of", f"{p.of!r} is not one of host_inputs.names {known}")
         tolerances = self.tolerances(self.get(raw, "tolerances", Mapping, ""))
         for p in launcher.params:
             if p.role == "output" and p.dtype and DTYPES[p.dtype].floating and p.dtype not in tolerances:
@@ -353,6 +385,7 @@ class _Reader:
             launcher=launcher,
             reference=self.callable_path(raw, "reference", ""),
             derived=derived,
+            host_inputs=host_inputs,
             baselines=baselines,
             baseline_name=DEFAULT_BASELINE,
             flops=self.formula(self.get(raw, "flops", (str, int), ""), names, "flops"),
@@ -360,7 +393,8 @@ class _Reader:
             workspace_bytes=self.formula(self.get(raw, "workspace_bytes", (str, int), ""), names, "workspace_bytes"),
             tolerances=tolerances,
             matched_ratio=self.fraction(raw, "matched_ratio"),
-            min_tensor_share=self.fraction(raw, "min_tensor_share") if "min_tensor_share" in raw else 0.5,
+            min_tensor_share=self.share(raw, "min_tensor_share") if "min_tensor_share" in raw else 0.5,
+            max_simt_share=self.number(raw, "max_simt_share", "") if "max_simt_share" in raw else 0.25,
             distributions=tuple(
                 self.distribution(d, f"inputs[{i}]") for i, d in enumerate(self.get(raw, "inputs", list, ""))
             ),
@@ -433,6 +467,8 @@ class _Reader:
                 raise self.fail(f"{where}.role", f"{role!r} is not one of {', '.join(ROLES)}")
             if role != "scalar" and "value" in entry:
                 raise self.fail(f"{where}.value", f"only a scalar takes a value, this parameter is {role!r}")
+            if (role == "host") != ("of" in entry):
+                raise self.fail(f"{where}.of", "a host parameter names the input it mirrors (`of`), no other does")
             dtype = self.get(entry, "dtype", str, where, default=None)
             if role in ("input", "output") and dtype not in DTYPES:
                 raise self.fail(f"{where}.dtype", f"{dtype!r} is not one of {', '.join(DTYPES)}")
@@ -451,6 +487,7 @@ class _Reader:
                     dtype=dtype,
                     shape=shape,
                     value=self.formula(value, names, f"{where}.value") if role == "scalar" else None,
+                    of=self.get(entry, "of", str, where) if role == "host" else None,
                 )
             )
         self.unique(((f"launcher.params[{i}]", p.name) for i, p in enumerate(params)), "parameter")
@@ -489,6 +526,20 @@ class _Reader:
             raise self.fail("derived_inputs.names", f"expected some of the inputs, each once, not all: {names!r}")
         return Derived(self.callable_path(raw, "function", "derived_inputs"), tuple(names))
 
+    def host_inputs(self, raw: Any, launcher: Launcher) -> HostInputs:
+        self.fields(raw, DERIVED_FIELDS, "host_inputs")
+        integers = [p.name for p in launcher.params if p.role == "input" and p.dtype == "i32"]
+        names = self.get(raw, "names", list, "host_inputs")
+        for i, name in enumerate(names):
+            if name not in integers:
+                raise self.fail(
+                    f"host_inputs.names[{i}]",
+                    f"{name!r} is not an i32 input (i32 inputs: {integers}){_did_you_mean(name, integers)}",
+                )
+        if not names or len(set(names)) != len(names):
+            raise self.fail("host_inputs.names", f"expected i32 inputs, each once: {names!r}")
+        return HostInputs(self.callable_path(raw, "function", "host_inputs"), tuple(names))
+
     def tolerances(self, raw: Mapping[str, Any]) -> dict[str, Tolerance]:
         out = {}
         for dtype, entry in raw.items():
@@ -511,6 +562,12 @@ class _Reader:
         value = self.number(raw, key, "")
         if not 0 < value <= 1:
             raise self.fail(key, f"must be in (0, 1], got {value!r}")
+        return value
+
+    def share(self, raw: Any, key: str) -> float:
+        value = self.number(raw, key, "")
+        if not value <= 1:
+            raise self.fail(key, f"must be in [0, 1], got {value!r}")
         return value
 
     def distribution(self, raw: Any, where: str) -> Distribution:
@@ -634,6 +691,8 @@ def resolved_params(family: Family, values: dict[str, AxisValue]) -> list[dict[s
         entry: dict[str, Any] = {"name": p.name, "role": p.role, "ctype": p.ctype, "dtype": p.dtype}
         if p.shape:
             entry["shape"] = [int(d(values)) for d in p.shape]
+        if p.of is not None:
+            entry["of"] = p.of
         if p.value is not None:
             value = p.value(values)
             entry["value"] = float(value) if p.ctype in ("float", "double") else int(value)

@@ -181,7 +181,7 @@ def family_for(definition: Definition) -> tuple[str, dict[str, int]] | str:
     return f"op_type {definition.op_type!r} has no ptxbench family"
 
 
-GQA_AXES = {"num_qo_heads": "Hq", "num_kv_heads": "Hkv", "head_dim": "D", "page_size": "page"}
+GQA_AXES = {"num_qo_heads": "H", "num_kv_heads": "KV", "head_dim": "D", "page_size": "P"}
 
 
 def _gemm(d: Definition) -> tuple[str, dict[str, int]] | str:
@@ -199,8 +199,7 @@ def _gemm(d: Definition) -> tuple[str, dict[str, int]] | str:
 
 
 def _gqa_paged(d: Definition) -> tuple[str, dict[str, int]] | str:
-    """Paged GQA decode (no `qo_indptr`) or prefill (`qo_indptr`; causal when the name says so, as
-    flashinfer-bench names its definitions: `gqa_paged_prefill_causal_h32_kv4_d128_ps1`)."""
+    """Paged GQA decode (no `qo_indptr`) or prefill (`qo_indptr`): why it is not loadable, in a sentence."""
     missing = [axis for axis in GQA_AXES if axis not in d.const_axes]
     if missing:
         return f"gqa_paged definition {d.name!r} lacks const axes {', '.join(missing)}"
@@ -208,13 +207,14 @@ def _gqa_paged(d: Definition) -> tuple[str, dict[str, int]] | str:
     if set(dtypes.values()) != {"bfloat16"} or len(dtypes) != 3:
         return f"gqa_paged definition {d.name!r}: ptxbench's families take bf16 q, k_cache, v_cache (got {dtypes})"
     axes = {key: d.const_axes[axis] for axis, key in GQA_AXES.items()}
-    if axes["Hkv"] == 0 or axes["Hq"] % axes["Hkv"]:
-        return (
-            f"gqa_paged definition {d.name!r}: num_qo_heads {axes['Hq']} is no multiple of num_kv_heads {axes['Hkv']}"
-        )
-    if d.tensor("qo_indptr") is None:
-        return "gqa_paged_decode", axes
-    return "gqa_paged_prefill", {**axes, "causal": int("causal" in d.name.split("_"))}
+    if axes["KV"] == 0 or axes["H"] % axes["KV"]:
+        return f"gqa_paged definition {d.name!r}: num_qo_heads {axes['H']} is no multiple of num_kv_heads {axes['KV']}"
+    family = "gqa_paged_decode" if d.tensor("qo_indptr") is None else "gqa_paged_prefill"
+    # a workload's page tables are data (its safetensors); a ptxbench shape makes them from B, L and a pattern
+    return (
+        f"a {family} task ({', '.join(f'{k} {v}' for k, v in axes.items())}), but its workloads' page tables are"
+        " data, and ptxbench's paged shapes make theirs from a batch, a mean length and a pattern"
+    )
 
 
 # Reading

@@ -1,0 +1,163 @@
+"""Paged KV-cache families: page tables, host-visible inputs in the task schema, and the rules they bring
+(an opcode with alternatives, the LSE of a row with nothing to attend)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from pytest_ptxbench import paged
+from pytest_ptxbench.parsers import sass
+from pytest_ptxbench.stages import check
+from pytest_ptxbench.task.catalogue import HostInputs, TaskFileError, Tolerance, load_family, resolved_params
+
+from .conftest import TASKS
+
+DECODE = TASKS / "gqa_paged_decode.yaml"
+
+
+@pytest.mark.parametrize("pattern", paged.PATTERNS)
+@pytest.mark.parametrize(("batch", "mean"), [(64, 4096), (7, 3001), (1, 70), (256, 500)])
+def test_lengths_sum_to_the_shape_and_are_never_empty(pattern: str, batch: int, mean: int) -> None:
+    lengths = paged.lengths(batch, mean, pattern)
+    assert len(lengths) == batch and sum(lengths) == batch * mean and min(lengths) >= 1
+    assert lengths == paged.lengths(batch, mean, pattern)  # a property of the shape
+
+
+def test_length_patterns_spread_as_named() -> None:
+    assert set(paged.lengths(64, 4096, "equal")) == {4096}
+    skewed = sorted(paged.lengths(128, 1024, "skewed"))
+    assert skewed[-1] > 20 * skewed[len(skewed) // 2]  # a few long, many short
+    long = paged.lengths(16, 8192, "one_long")
+    assert max(long) == pytest.approx(16 * 8192 / 2, abs=16) and sorted(long)[-2] < 8192
+    with pytest.raises(ValueError, match="unknown length pattern 'zipf'"):
+        paged.lengths(4, 10, "zipf")
+
+
+@pytest.mark.parametrize("page", [1, 64])
+def test_page_tables_hold_each_sequence_in_its_own_pages(page: int) -> None:
+    values = {"B": 32, "L": 2048, "P": page, "lens": "ragged"}
+    tables = paged.tables(values, seed=7)
+    indptr, indices, last = tables["kv_indptr"], tables["kv_indices"], tables["kv_last_page_len"]
+    pages = paged.pages(32, 2048, page)
+    assert len(indptr) == 33 and len(indices) == pages and len(last) == 32
+    lengths = paged.lengths(32, 2048, "ragged")
+    for b, length in enumerate(lengths):
+        used = indptr[b + 1] - indptr[b]
+        assert used == -(-length // page) and 1 <= last[b] <= page
+        assert (used - 1) * page + last[b] == length
+    owned = indices[: indptr[-1]]
+    assert len(set(owned)) == len(owned) and max(owned) < pages  # no page shared, all inside the cache
+    other = paged.tables(values, seed=8)
+    assert other["kv_indptr"] == indptr and other["kv_last_page_len"] == last  # the lengths are the shape's
+    assert other["kv_indices"] != indices  # which pages hold them is the run's
+
+
+def test_the_decode_family_declares_its_page_tables_host_visible() -> None:
+    family = load_family(DECODE)
+    assert family.host_inputs == HostInputs(
+        "pytest_ptxbench.paged:tables", ("kv_indptr", "kv_indices", "kv_last_page_len")
+    )
+    values = {**family.tasks[1].axes, "B": 3, "L": 70, "lens": "ragged"}
+    params = {p["name"]: p for p in resolved_params(family, values)}
+    assert params["kv_indices_host"] == {
+        "name": "kv_indices_host",
+        "role": "host",
+        "ctype": "const int*",
+        "dtype": None,
+        "of": "kv_indices",
+    }
+    tables = family.host_inputs.tables(values, 1) if family.host_inputs else {}
+    for name, table in tables.items():  # the tables fill their declared shapes exactly
+        assert [len(table)] == params[name]["shape"], name
+    assert "const int* kv_indptr_host" in family.launcher.declaration()
+    assert family.min_tensor_share == 0.0 and family.max_simt_share == 4.0
+
+
+def _decode() -> dict[str, Any]:
+    return dict(yaml.safe_load(DECODE.read_text()))
+
+
+def _param(data: dict[str, Any], name: str) -> dict[str, Any]:
+    params: list[dict[str, Any]] = data["launcher"]["params"]
+    return next(p for p in params if p["name"] == name)
+
+
+def _broken(change: Any) -> dict[str, Any]:
+    data = copy.deepcopy(_decode())
+    change(data)
+    return data
+
+
+BROKEN = [
+    (
+        lambda d: _param(d, "kv_indptr_host").update(of="kv_indptr2"),
+        "launcher.params[6].of: 'kv_indptr2' is not one of host_inputs.names",
+    ),
+    (
+        lambda d: _param(d, "kv_indptr_host").pop("of"),
+        "launcher.params[6].of: a host parameter names the input it mirrors",
+    ),
+    (
+        lambda d: _param(d, "q").update(of="kv_indptr"),
+        "launcher.params[0].of: a host parameter names the input it mirrors",
+    ),
+    (lambda d: d["host_inputs"].update(names=["q"]), "host_inputs.names[0]: 'q' is not an i32 input"),
+    (
+        lambda d: d["host_inputs"].update(names=["kv_indptr", "kv_indptr"]),
+        "host_inputs.names: expected i32 inputs, each once",
+    ),
+    (lambda d: d["host_inputs"].update(function="paged.tables"), "host_inputs.function: expected 'module:function'"),
+    (lambda d: d.pop("host_inputs"), "launcher.params: integer input 'kv_indptr' is drawn from no distribution"),
+    (
+        lambda d: d.update(derived_inputs={"function": "m:f", "names": ["kv_indptr"]}),
+        "host_inputs.names: 'kv_indptr' is also in derived_inputs.names",
+    ),
+    (lambda d: d.update(min_tensor_share=-0.1), "min_tensor_share: must not be negative"),
+    (lambda d: d.update(max_simt_share="x"), "max_simt_share: expected an integer or a number, got 'x'"),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"), BROKEN, ids=[m.split(":")[0] + str(i) for i, (_, m) in enumerate(BROKEN)]
+)
+def test_a_malformed_host_input_names_file_field_and_value(tmp_path: Path, change: Any, message: str) -> None:
+    target = tmp_path / "gqa_paged_decode.yaml"
+    target.write_text(yaml.safe_dump(_broken(change)))
+    with pytest.raises(TaskFileError) as caught:
+        load_family(target)
+    assert str(caught.value).startswith(f"{target}: ")
+    assert message in str(caught.value)
+
+
+def test_a_host_inputs_function_must_return_exactly_its_names() -> None:
+    host = HostInputs("pytest_ptxbench.paged:tables", ("kv_indptr", "kv_indices"))
+    with pytest.raises(ValueError, match=r"returned \['kv_indices', 'kv_indptr', 'kv_last_page_len'\]"):
+        host.tables({"B": 2, "L": 5, "P": 1, "lens": "equal"}, 0)
+
+
+def test_an_opcode_pattern_may_name_alternatives() -> None:
+    assert sass.matches("UBLKCP.S.G|UTMALDG", "UBLKCP.S.G")
+    assert sass.matches("UBLKCP.S.G|UTMALDG", "UTMALDG.4D")
+    assert not sass.matches("UBLKCP.S.G|UTMALDG", "UBLKCP.G.S")  # a store to global is not a load
+    assert not sass.matches("UBLKCP.S.G|UTMALDG", "LDGSTS.E.BYPASS.128")
+
+
+def test_an_empty_rows_lse_is_minus_infinity_and_nothing_else_is() -> None:
+    """A row that attends to no key: LSE −inf (the log of an empty sum) is right there, and only there."""
+    expected = np.array([0.5, -np.inf, 2.0], dtype=np.float32)
+    fine = check.compare("lse", "set", expected.copy(), "fp32", expected, Tolerance(1e-3, 1e-3), 0xFF)
+    assert fine.passes(1.0) and fine.wrong == 0
+    finite = check.compare(
+        "lse", "set", np.array([0.5, 0.0, 2.0], np.float32), "fp32", expected, Tolerance(1e-3, 1e-3), 0xFF
+    )
+    assert finite.wrong == 1 and "lse[1] = 0, expected -inf" in finite.worst[0]
+    stray = check.compare(
+        "lse", "set", np.array([-np.inf, -np.inf, np.inf], np.float32), "fp32", expected, Tolerance(1e-3, 1e-3), 0xFF
+    )
+    assert stray.wrong == 2 and stray.nonfinite == 2 and not stray.passes(0.5)
