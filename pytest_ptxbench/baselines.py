@@ -146,24 +146,41 @@ def gqa_paged_decode_flashinfer(
     values: Mapping[str, Any],
     state: dict[str, Any],
 ) -> None:
-    """FlashInfer's batch decode over the paged cache (NHD), planned once per shape (the page tables are the
-    same in every input set); its base-2 LSE is turned into ours in one elementwise kernel."""
+    """FlashInfer's batch decode over the paged cache (NHD)."""
+    _flashinfer_paged("BatchDecodeWithPagedKVCacheWrapper", [], {}, inputs, outputs, values, state)
+
+
+def gqa_paged_prefill_flashinfer(
+    inputs: Mapping[str, torch.Tensor],
+    outputs: Mapping[str, torch.Tensor],
+    values: Mapping[str, Any],
+    state: dict[str, Any],
+) -> None:
+    """FlashInfer's batch prefill over the paged cache (NHD); its causal mask is aligned to the bottom right."""
+    causal = {"causal": values["mask"] == "causal"}
+    _flashinfer_paged("BatchPrefillWithPagedKVCacheWrapper", ["qo_indptr"], causal, inputs, outputs, values, state)
+
+
+def _flashinfer_paged(
+    wrapper_name: str,
+    first: list[str],
+    options: dict[str, Any],
+    inputs: Mapping[str, torch.Tensor],
+    outputs: Mapping[str, torch.Tensor],
+    values: Mapping[str, Any],
+    state: dict[str, Any],
+) -> None:
+    """One of FlashInfer's paged wrappers, planned once per shape (`plan()` outside the timed runs: the page
+    tables are the same in every input set), run into our output; its base-2 LSE turned into ours in one
+    elementwise kernel."""
     if "wrapper" not in state:
         flashinfer = libraries.load("flashinfer")
         workspace = torch.empty(FLASHINFER_WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
-        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, kv_layout="NHD")
-        wrapper.plan(
-            inputs["kv_indptr"],
-            inputs["kv_indices"],
-            inputs["kv_last_page_len"],
-            int(values["H"]),
-            int(values["KV"]),
-            int(values["D"]),
-            int(values["P"]),
-            q_data_type=inputs["q"].dtype,
-            kv_data_type=inputs["k_cache"].dtype,
-            sm_scale=float(values["D"]) ** -0.5,
-        )
+        wrapper = getattr(flashinfer, wrapper_name)(workspace, kv_layout="NHD")
+        tables = [inputs[name] for name in (*first, "kv_indptr", "kv_indices", "kv_last_page_len")]
+        heads = [int(values[axis]) for axis in ("H", "KV", "D", "P")]
+        dtypes = {"q_data_type": inputs["q"].dtype, "kv_data_type": inputs["k_cache"].dtype}
+        wrapper.plan(*tables, *heads, sm_scale=float(values["D"]) ** -0.5, **dtypes, **options)
         lse = torch.empty(outputs["lse"].shape, dtype=torch.float32, device="cuda")
         state.update(wrapper=wrapper, workspace=workspace, lse=lse)
     state["wrapper"].run(

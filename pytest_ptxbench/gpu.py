@@ -114,7 +114,7 @@ class GpuStages:
         return self._trusted
 
     def prepare(self, family: Family, task: Task, shape_values: dict[str, AxisValue], label: str) -> Prepared:
-        values = {**task.axes, **shape_values}
+        values = family.values(task, shape_values)
         key = f"{task.name}/{label}"
         params = resolved_params(family, values)
         if key not in self._host:

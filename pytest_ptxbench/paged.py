@@ -63,14 +63,50 @@ def tables(values: Mapping[str, Any], seed: int) -> dict[str, list[int]]:
     """kv_indptr [B + 1], kv_indices [pages] and kv_last_page_len [B] for the shape `values` (B, L, lens, P):
     sequence b's pages are kv_indices[kv_indptr[b]:kv_indptr[b + 1]], its last page holds kv_last_page_len[b]
     tokens. Indices past kv_indptr[B] are 0 (valid pages nobody reads)."""
-    batch, mean, page = int(values["B"]), int(values["L"]), int(values["P"])
+    batch, mean = int(values["B"]), int(values["L"])
+    return _pages(lengths(batch, mean, str(values["lens"])), batch, mean, int(values["P"]), seed)
+
+
+def query_lengths(values: Mapping[str, Any]) -> tuple[list[int], list[int]]:
+    """Prefill: (new tokens, all tokens) per sequence. The new ones spread as `lens` over B·Q; the earlier ones
+    too, over B·(L − Q), so every sequence holds more tokens than it adds and all hold B·L."""
+    batch, new, mean, pattern = int(values["B"]), int(values["Q"]), int(values["L"]), str(values["lens"])
+    if mean <= new:
+        raise ValueError(f"L {mean} must exceed Q {new}: every sequence has earlier tokens in its cache")
+    queries = lengths(batch, new, pattern)
+    return queries, [q + e for q, e in zip(queries, lengths(batch, mean - new, pattern), strict=True)]
+
+
+def prefill_tables(values: Mapping[str, Any], seed: int) -> dict[str, list[int]]:
+    """qo_indptr [B + 1] (where each sequence's new tokens start among the packed rows) and the page tables of
+    `tables`, for a prefill shape (B, Q, L, lens, P)."""
+    queries, totals = query_lengths(values)
+    batch, mean = int(values["B"]), int(values["L"])
+    return {"qo_indptr": _offsets(queries), **_pages(totals, batch, mean, int(values["P"]), seed)}
+
+
+def prefill_counts(values: Mapping[str, Any]) -> dict[str, int]:
+    """PAIRS: the (query, key) pairs attended over every sequence; causal with the mask at the bottom right."""
+    causal = values["mask"] == "causal"
+    queries, totals = query_lengths(values)
+    return {"PAIRS": sum(q * k - (q * (q - 1) // 2 if causal else 0) for q, k in zip(queries, totals, strict=True))}
+
+
+def _offsets(counts: list[int]) -> list[int]:
+    out = [0]
+    for count in counts:
+        out.append(out[-1] + count)
+    return out
+
+
+def _pages(per_sequence: list[int], batch: int, mean: int, page: int, seed: int) -> dict[str, list[int]]:
+    """The page tables of sequences of `per_sequence` tokens in a cache of pages(batch, mean, page) pages,
+    shuffled by `seed`; indices past kv_indptr[B] are 0 (valid pages nobody reads)."""
     count = pages(batch, mean, page)
     order = list(range(count))
     random.Random(seed).shuffle(order)
-    indptr, last = [0], []
-    for length in lengths(batch, mean, str(values["lens"])):
-        used = -(-length // page)
-        indptr.append(indptr[-1] + used)
-        last.append(length - (used - 1) * page)
+    used = [-(-length // page) for length in per_sequence]
+    indptr = _offsets(used)
+    last = [length - (n - 1) * page for length, n in zip(per_sequence, used, strict=True)]
     indices = order[: indptr[-1]] + [0] * (count - indptr[-1])
     return {"kv_indptr": indptr, "kv_indices": indices, "kv_last_page_len": last}

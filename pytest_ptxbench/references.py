@@ -112,3 +112,23 @@ def gqa_paged_decode(inputs: Mapping[str, torch.Tensor], values: Mapping[str, An
         one = gqa_attention(q[b : b + 1], k, v, None, scale)
         output[b], lse[b] = one["output"][0], one["lse"][0]
     return {"output": output, "lse": lse}
+
+
+def gqa_paged_prefill(inputs: Mapping[str, torch.Tensor], values: Mapping[str, Any]) -> Tensors:
+    """Each sequence's new rows of q against all its keys; causal with the mask at the bottom right (row i of a
+    sequence of n new tokens and k keys attends keys 0 .. i + k - n). Rows go in chunks (scores stay small)."""
+    scale, causal = float(values["D"]) ** -0.5, values["mask"] == "causal"
+    q, starts = inputs["q"], inputs["qo_indptr"].tolist()
+    output = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    lse = torch.zeros(q.shape[:2], dtype=torch.float32, device=q.device)
+    for b, (k, v) in enumerate(paged_sequences(inputs)):
+        count, keys = starts[b + 1] - starts[b], k.shape[0]
+        step = max(1, ROWS_PER_CHUNK // (q.shape[1] * max(keys, 1)))
+        for first in range(0, count, step):
+            rows = torch.arange(first, min(first + step, count), device=q.device)
+            mask = None
+            if causal:
+                mask = torch.arange(keys, device=q.device)[None, :] > (rows[:, None] + keys - count)
+            one = gqa_attention(q[starts[b] + rows], k, v, mask, scale)
+            output[starts[b] + rows], lse[starts[b] + rows] = one["output"], one["lse"]
+    return {"output": output, "lse": lse}

@@ -89,6 +89,7 @@ def test_choose_baseline_applies_where_declared() -> None:
         "attention_fwd": "FlashInfer",
         "gemm": "cuBLAS",
         "gqa_paged_decode": "FlashInfer",
+        "gqa_paged_prefill": "FlashInfer",
     }
     assert {f.baseline_name for f in choose_baseline(families, "default")} == {"default"}
     with pytest.raises(

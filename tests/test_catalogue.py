@@ -42,7 +42,7 @@ GEMM_PAIRS = {
 
 def test_repository_catalogue() -> None:
     families = {f.name: f for f in load_catalogue(TASKS)}
-    assert list(families) == ["attention_bwd", "attention_fwd", "gemm", "gqa_paged_decode"]
+    assert list(families) == ["attention_bwd", "attention_fwd", "gemm", "gqa_paged_decode", "gqa_paged_prefill"]
     gemm = families["gemm"]
     assert {(t.axes["N"], t.axes["K"]) for t in gemm.tasks} == GEMM_PAIRS
     assert [s.id for s in gemm.shapes("visible")] == ["m8192", "m972"]
@@ -302,7 +302,10 @@ BAD_SHAPES_FILES = [
     ("gemm: [{M: 77}, {M: 8192}]\n", f"gemm[1]: shape 'm8192' is listed twice (first at shapes.visible[0] of {TASKS}"),
     ("gemm: [{M: 77}]\ngemm: [{M: 78}]\n", "line 2: key 'gemm' is given twice (first on line 1)"),
     ("gemm: &s [{M: 77}]\n", "line 1: anchor &s is not allowed"),
-    ("gem: [{M: 77}]\n", "gem: unknown family (known: attention_bwd, attention_fwd, gemm, gqa_paged_decode); did you"),
+    (
+        "gem: [{M: 77}]\n",
+        "gem: unknown family (known: attention_bwd, attention_fwd, gemm, gqa_paged_decode, gqa_paged_prefill)",
+    ),
     ("gemm: [{m: 77}]\n", "gemm[0]: unknown axis 'm' (axes: ['M']); did you mean 'M'?"),
     (
         "gemm: [{M: 10000000000000000000000000000}]\n",

@@ -161,3 +161,71 @@ def test_an_empty_rows_lse_is_minus_infinity_and_nothing_else_is() -> None:
         "lse", "set", np.array([-np.inf, -np.inf, np.inf], np.float32), "fp32", expected, Tolerance(1e-3, 1e-3), 0xFF
     )
     assert stray.wrong == 2 and stray.nonfinite == 2 and not stray.passes(0.5)
+
+
+PREFILL = TASKS / "gqa_paged_prefill.yaml"
+
+
+@pytest.mark.parametrize("pattern", paged.PATTERNS)
+def test_prefill_adds_fewer_tokens_than_each_sequence_holds(pattern: str) -> None:
+    values = {"B": 7, "Q": 300, "L": 1000, "lens": pattern, "P": 64, "mask": "causal"}
+    queries, totals = paged.query_lengths(values)
+    assert sum(queries) == 7 * 300 and sum(totals) == 7 * 1000
+    assert all(1 <= q < k for q, k in zip(queries, totals, strict=True))
+    tables = paged.prefill_tables(values, seed=5)
+    assert tables["qo_indptr"] == [sum(queries[:b]) for b in range(8)]
+    pages, last = tables["kv_indptr"], tables["kv_last_page_len"]
+    assert [(pages[b + 1] - pages[b] - 1) * 64 + last[b] for b in range(7)] == totals
+    with pytest.raises(ValueError, match="L 300 must exceed Q 300"):
+        paged.query_lengths({**values, "L": 300})
+
+
+def test_prefill_flops_count_the_pairs_each_mask_attends() -> None:
+    """Sequences of n new tokens and k keys: full attends n·k pairs, causal at the bottom right n·k − n(n−1)/2."""
+    family = load_family(PREFILL)
+    causal, full = (
+        next(t for t in family.tasks if t.axes["mask"] == m and t.axes["P"] == 1) for m in ("causal", "full")
+    )
+    shape = {"B": 16, "Q": 1024, "L": 4096, "lens": "equal"}
+    assert family.values(full, shape)["PAIRS"] == 16 * 1024 * 4096
+    assert family.values(causal, shape)["PAIRS"] == 16 * (1024 * 4096 - 1024 * 1023 // 2)
+    assert family.flops(family.values(causal, shape)) == 4 * 32 * 128 * 16 * (1024 * 4096 - 1024 * 1023 // 2)
+    assert [p.name for p in family.launcher.params if p.role == "host"] == [
+        "qo_indptr_host",
+        "kv_indptr_host",
+        "kv_indices_host",
+        "kv_last_page_len_host",
+    ]
+
+
+def _prefill_broken(change: Any) -> dict[str, Any]:
+    data = dict(yaml.safe_load(PREFILL.read_text()))
+    change(data)
+    return data
+
+
+BROKEN_COUNTS = [
+    (lambda d: d["counts"].update(names=["B"]), "counts.names[0]: not a name apart from the axes"),
+    (lambda d: d["counts"].update(names=[]), "counts.names: expected names, each once"),
+    (lambda d: d.update(flops="4 * H * D * PAIRS2"), "flops: unknown name 'PAIRS2'"),
+    (lambda d: d["counts"].update(function="pytest_ptxbench.paged:nothing"), "counts.function: AttributeError"),
+    (
+        lambda d: d["counts"].update(function="pytest_ptxbench.paged:prefill_tables"),
+        "counts.function: TypeError",
+    ),
+    (
+        lambda d: d["shapes"]["hidden"].append({"B": 2, "Q": 50, "L": 50, "lens": "equal"}),
+        "counts.function: ValueError: L 50 must exceed Q 50: every sequence has earlier tokens in its cache, for"
+        " gqa_paged_prefill-h32-kv8-d128-ps1-causal, on shapes.hidden[4]",
+    ),
+]
+
+
+@pytest.mark.parametrize(("change", "message"), BROKEN_COUNTS, ids=[str(i) for i in range(len(BROKEN_COUNTS))])
+def test_a_malformed_count_names_file_field_and_value(tmp_path: Path, change: Any, message: str) -> None:
+    target = tmp_path / "gqa_paged_prefill.yaml"
+    target.write_text(yaml.safe_dump(_prefill_broken(change)))
+    with pytest.raises(TaskFileError) as caught:
+        load_family(target)
+    assert str(caught.value).startswith(f"{target}: ")
+    assert message in str(caught.value)

@@ -12,7 +12,13 @@ import pytest
 
 from .conftest import KERNELS, results
 
-COUNTS = {"gemm": 17 * 12, "attention_fwd": 8 * 6, "attention_bwd": 6 * 5, "gqa_paged_decode": 4 * 7}
+COUNTS = {
+    "gemm": 17 * 12,
+    "attention_fwd": 8 * 6,
+    "attention_bwd": 6 * 5,
+    "gqa_paged_decode": 4 * 7,
+    "gqa_paged_prefill": 8 * 6,
+}
 SKIP_REASON = "passed: build, inspect (HGMMA.64x256x16.F32.BF16, UTMALDG.2D in gemm_bf16_tn_kernel); needs an sm_90 device (H100-class), found none"
 
 

@@ -47,3 +47,35 @@ def test_paged_decode_gathers_each_sequence_from_its_own_pages() -> None:
             scores = (k[:, h // 2] @ inputs["q"][b, h]) * 8**-0.5
             assert torch.allclose(got["lse"][b, h], torch.logsumexp(scores, 0), atol=1e-5)
             assert torch.allclose(got["output"][b, h], torch.softmax(scores, 0) @ v[:, h // 2], atol=1e-5)
+
+
+@pytest.mark.parametrize("mask", ["causal", "full"])
+def test_paged_prefill_masks_at_the_bottom_right(mask: str) -> None:
+    """Row i of a sequence of n new tokens among k attends keys 0 .. i + k - n (causal) or all k (full),
+    against attention computed key by key."""
+    from pytest_ptxbench import paged
+
+    values = {"B": 3, "Q": 4, "L": 9, "P": 2, "lens": "ragged", "H": 4, "KV": 2, "D": 8, "mask": mask}
+    tables = paged.prefill_tables(values, seed=2)
+    queries, totals = paged.query_lengths(values)
+    pages = paged.pages(3, 9, 2)
+    inputs = {
+        "q": torch.randn(12, 4, 8, dtype=torch.float64),
+        "k_cache": torch.randn(pages, 2, 2, 8, dtype=torch.float64),
+        "v_cache": torch.randn(pages, 2, 2, 8, dtype=torch.float64),
+        **{name: torch.tensor(table, dtype=torch.int32) for name, table in tables.items()},
+    }
+    got = references.gqa_paged_prefill(inputs, values)
+    indptr, indices = tables["kv_indptr"], tables["kv_indices"]
+    for b, (count, keys) in enumerate(zip(queries, totals, strict=True)):
+        mine = indices[indptr[b] : indptr[b + 1]]
+        k = torch.cat([inputs["k_cache"][p] for p in mine])[:keys]
+        v = torch.cat([inputs["v_cache"][p] for p in mine])[:keys]
+        for i in range(count):
+            row = tables["qo_indptr"][b] + i
+            seen = i + keys - count + 1 if mask == "causal" else keys
+            for h in range(4):
+                scores = (k[:seen, h // 2] @ inputs["q"][row, h]) * 8**-0.5
+                assert torch.allclose(got["lse"][row, h], torch.logsumexp(scores, 0).float(), atol=1e-5)
+                expected = (torch.softmax(scores, 0) @ v[:seen, h // 2]).float()
+                assert torch.allclose(got["output"][row, h], expected, atol=1e-5)

@@ -241,3 +241,27 @@ def test_run_is_confined_and_ends_at_the_timeout(gemm: Family, task: Task, tmp_p
     built = _build(gemm, task, spins, tmp_path / "spins", timeout=5)
     assert built.status is Status.FAILED
     assert built.message == "compiling and calling run at every shape did not finish within 5 s"
+
+
+def test_run_gets_the_page_tables_as_lists_at_build_time(tmp_path: Path) -> None:
+    """A paged family's host-visible inputs reach `run` as lists of ints (the values the launcher plans from):
+    here the grid is the number of pages in use, read from the host copy of kv_indptr."""
+    from pytest_ptxbench import paged
+    from pytest_ptxbench.task.catalogue import load_family
+
+    decode = load_family(TASKS / "gqa_paged_decode.yaml")
+    task = next(t for t in decode.tasks if t.axes["P"] == 64)
+    source = ZERO_KERNEL + (
+        "\n\ndef run(q, k_cache, v_cache, kv_indptr, kv_indices, kv_last_page_len, kv_indptr_host, kv_indices_host,\n"
+        "        kv_last_page_len_host, output, lse, B, H, KV, D, P, sm_scale, workspace):\n"
+        "    assert isinstance(kv_indptr_host, list) and len(kv_indptr_host) == B + 1, type(kv_indptr_host)\n"
+        "    assert len(kv_indices_host) == k_cache.shape[0] and len(kv_last_page_len_host) == B\n"
+        "    used = kv_indptr_host[-1]\n"
+        "    zero_kernel[(used,)](output, output.numel(), BLOCK=128)\n"
+    )
+    built = build_triton(source, decode, task, H100, tmp_path, 300)
+    assert built.passed, built.message
+    for shape in decode.shapes("all"):
+        values = decode.values(task, shape.values)
+        [launch] = built.data["launches"][shape.id]
+        assert launch["grid"] == [paged.tables(values, 0)["kv_indptr"][-1]], shape.id

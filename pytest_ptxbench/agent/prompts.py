@@ -9,7 +9,7 @@ from importlib import resources
 from ..allowlist import ALLOWED_IMPORTS
 from ..languages import Language
 from ..targets import Target
-from ..task.catalogue import Family, Task, shape_values
+from ..task.catalogue import Family, Task
 from .feedback import expected
 
 SYSTEM = """\
@@ -74,7 +74,7 @@ def task_card(family: Family, task: Task, target: Target, language: Language) ->
     )
     lines += ["", "## Shapes you are given (more, hidden ones are scored too)"]
     for shape in family.shapes("visible"):
-        values = shape_values(task, shape.values)
+        values = family.values(task, shape.values)
         workspace = int(family.workspace_bytes(values))
         lines.append(f"- {shape.id}: {_axes(shape.values)} (workspace {workspace} bytes)")
     lines += ["", "## Correctness"]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..dtypes import DTYPES
-from ..task.catalogue import AxisValue, Family, Param, Task, shape_values
+from ..task.catalogue import AxisValue, Family, Param, Task
 from ..task.flashinfer_trace import DTYPES as TRACE_DTYPES
 from ..task.flashinfer_trace import Axis, Definition, RandomInput, ScalarInput, TensorSpec, Workload
 from ..task.formula import Formula
@@ -46,7 +46,7 @@ class TaskDefinition:
 
     def workload(self, shape: Mapping[str, AxisValue]) -> Workload:
         """The workload of one shape: var axes set, tensors random, scalars their values."""
-        values = shape_values(self.task, shape)
+        values = self.family.values(self.task, shape)
         axes: dict[str, int] = {}
         for name in self.definition.var_axes:
             value = self.derived[name](values) if name in self.derived else shape[name]

@@ -56,7 +56,7 @@ def build_triton(
                 "result": str(result),
                 "arch": target.arch,
                 "capability": target.capability[0] * 10 + target.capability[1],
-                "shapes": [_shape(family, {**task.axes, **values}, label) for label, values in shapes],
+                "shapes": [_shape(family, family.values(task, values), label) for label, values in shapes],
             }
         )
     )

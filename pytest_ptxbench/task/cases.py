@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..languages import Language
 from ..targets import Target
-from .catalogue import Family, Shape, Task, shape_values
+from .catalogue import Family, Shape, Task
 
 SLOW_FLOPS = 4e12  # shapes of at least this many FLOPs carry the `slow` marker
 
@@ -40,7 +40,7 @@ class Case:
 
     @property
     def flops(self) -> float:
-        return self.family.flops(shape_values(self.task, self.shape.values))
+        return self.family.flops(self.family.values(self.task, self.shape.values))
 
     @property
     def slow(self) -> bool:

@@ -39,6 +39,7 @@ FAMILY_FIELDS = (
     "reference",
     "derived_inputs",
     "host_inputs",
+    "counts",
     "baseline",
     "baselines",
     "flops",
@@ -134,11 +135,30 @@ class HostInputs:
     names: tuple[str, ...]
 
     def tables(self, values: Mapping[str, AxisValue], seed: int) -> dict[str, list[int]]:
-        module, _, name = self.function.partition(":")
-        made: dict[str, list[int]] = getattr(importlib.import_module(module), name)(values, seed)
-        if set(made) != set(self.names):
-            raise ValueError(f"{self.function} returned {sorted(made)}, expected {list(self.names)}")
+        made: dict[str, list[int]] = _call(self.function, self.names, values, seed)
         return made
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Numbers the formulas use that follow from a shape but are no formula of its axes (the (query, key) pairs
+    attended over ragged sequences): `function(values)`, plain Python, returns exactly `names`."""
+
+    function: str  # "module:function", run by the harness
+    names: tuple[str, ...]
+
+    def __call__(self, values: Mapping[str, AxisValue]) -> dict[str, int]:
+        made: dict[str, int] = _call(self.function, self.names, values)
+        return made
+
+
+def _call(function: str, names: Sequence[str], *args: Any) -> Any:
+    """`module:function` called with `args`; its mapping must hold exactly `names`."""
+    module, _, name = function.partition(":")
+    made = getattr(importlib.import_module(module), name)(*args)
+    if set(made) != set(names):
+        raise ValueError(f"{function} returned {sorted(made)}, expected {list(names)}")
+    return made
 
 
 @dataclass(frozen=True)
@@ -159,6 +179,7 @@ class Family:
     reference: str
     derived: Derived | None
     host_inputs: HostInputs | None
+    counts: Counts | None
     baselines: Mapping[str, Baseline]  # "default" (the task file's `baseline:`) and each of `baselines:`
     baseline_name: str  # the one the family is timed against
     flops: Formula
@@ -183,6 +204,11 @@ class Family:
         chosen = [(s, False) for s in self.visible if which in ("visible", "all")]
         chosen += [(s, True) for s in self.hidden if which in ("hidden", "all")]
         return [Shape(dict(s), self.shape_id.format(**s), hidden) for s, hidden in chosen]
+
+    def values(self, task: Task, shape: Mapping[str, AxisValue]) -> dict[str, AxisValue]:
+        """What formulas, references and baselines see for a task on a shape: its axes, the shape's, the counts."""
+        values = {**task.axes, **shape}
+        return {**values, **self.counts(values)} if self.counts else values
 
     def formulas(self) -> dict[str, Formula]:
         """Every formula of the family, by its field in the task file."""
@@ -305,7 +331,8 @@ class _Reader:
         shape_axes = tuple(self.names(self.get(axes, "shape", list, "axes"), "axes.shape"))
         if set(task_axes) & set(shape_axes):
             raise self.fail("axes", f"axes {sorted(set(task_axes) & set(shape_axes))} are both task and shape axes")
-        names = set(task_axes) | set(shape_axes)
+        counts = self.counts(raw["counts"], set(task_axes) | set(shape_axes)) if "counts" in raw else None
+        names = set(task_axes) | set(shape_axes) | set(counts.names if counts else ())
         task_id = self.id_format(raw, "task_id", task_axes)
         shape_id = self.id_format(raw, "shape_id", shape_axes)
         tasks = tuple(
@@ -386,6 +413,7 @@ class _Reader:
             reference=self.callable_path(raw, "reference", ""),
             derived=derived,
             host_inputs=host_inputs,
+            counts=counts,
             baselines=baselines,
             baseline_name=DEFAULT_BASELINE,
             flops=self.formula(self.get(raw, "flops", (str, int), ""), names, "flops"),
@@ -540,6 +568,16 @@ class _Reader:
             raise self.fail("host_inputs.names", f"expected i32 inputs, each once: {names!r}")
         return HostInputs(self.callable_path(raw, "function", "host_inputs"), tuple(names))
 
+    def counts(self, raw: Any, axes: set[str]) -> Counts:
+        self.fields(raw, DERIVED_FIELDS, "counts")
+        names = self.get(raw, "names", list, "counts")
+        for i, name in enumerate(names):
+            if not isinstance(name, str) or not _IDENT.match(name) or name in axes:
+                raise self.fail(f"counts.names[{i}]", f"not a name apart from the axes {sorted(axes)}: {name!r}")
+        if not names or len(set(names)) != len(names):
+            raise self.fail("counts.names", f"expected names, each once: {names!r}")
+        return Counts(self.callable_path(raw, "function", "counts"), tuple(names))
+
     def tolerances(self, raw: Mapping[str, Any]) -> dict[str, Tolerance]:
         out = {}
         for dtype, entry in raw.items():
@@ -617,18 +655,16 @@ def _formula_failure(family: Family, shape: Mapping[str, AxisValue]) -> _Formula
     """The first formula of `family` that cannot be evaluated, within its bounds, for a task on `shape`."""
     formulas = family.formulas()
     for task in family.tasks:
-        values = shape_values(task, shape)
+        try:
+            values = family.values(task, shape)
+        except (ValueError, TypeError, KeyError, ImportError, AttributeError) as exc:
+            return _FormulaFailure("counts.function", f"{type(exc).__name__}: {exc}, for {task.name}")
         for field, formula in formulas.items():
             try:
                 formula(values)
             except FormulaError as exc:
                 return _FormulaFailure(field, f"{formula.text!r} for {task.name}: {exc}")
     return None
-
-
-def shape_values(task: Task, shape: Mapping[str, AxisValue]) -> dict[str, AxisValue]:
-    """The values a formula sees: the task's fixed axes and the shape's."""
-    return {**task.axes, **shape}
 
 
 def choose_baseline(families: list[Family], name: str | None) -> list[Family]:
