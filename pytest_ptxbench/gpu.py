@@ -270,7 +270,7 @@ class GpuStages:
                 changed += checked.inputs_changed
                 overruns += checked.overruns
                 label = f"{prepared.labels[index]}, placement {placement}, poison 0x{poison:02X}"
-                found = compare_saved(family, prepared, index, checked.outputs, label, poison)
+                found = compare_saved(family, prepared, index, checked.outputs, label, poison, first.get(index))
                 if placement == 0:
                     first[index] = {c.output: c for c in found}
                 comparisons += found
@@ -411,8 +411,10 @@ def compare_saved(
     known: Mapping[str, check.Comparison] | None = None,
 ) -> list[check.Comparison]:
     """The saved outputs of one call against the set's references; an output with the same bytes as one
-    already compared (`known`, same set and poison) gets that comparison again. The files are deleted once
-    read (a shape's outputs reach hundreds of MB, saved up to a dozen times)."""
+    already compared for the same set (`known`) gets that comparison again, under another poison too: where
+    this call left an element unwritten (its poison), the compared call's same bytes were a value far from
+    any reference, already judged wrong.
+    The files are deleted once read (a shape's outputs reach hundreds of MB, saved up to a dozen times)."""
     out = []
     for p in (p for p in prepared.params if p["role"] == "output"):
         shape = tuple(p["shape"])

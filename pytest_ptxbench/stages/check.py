@@ -9,7 +9,9 @@ different, finite poison catches stale results. All-zero outputs and inputs the 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +24,7 @@ from ..verdict import Status, Verdict
 POISONS = (0xFF, 0x7F)  # NaN in every float format; a huge finite value (bf16 0x7F7F, fp32 0x7F7F7F7F)
 WORST = 5
 CHUNK = 1 << 18  # elements compared at a time
+THREADS = min(8, os.cpu_count() or 1)
 
 
 @dataclass
@@ -64,38 +67,17 @@ def compare(
     output: str, label: str, got: np.ndarray, dtype: str, expected: np.ndarray, tolerance: Tolerance, poison: int
 ) -> Comparison:
     """`got` holds the stored values (bf16 as raw bits); `expected` is fp32 of the same shape. The work goes
-    in chunks that stay in the CPU's caches (outputs reach hundreds of MB, compared up to nine times a shape)."""
-    poison_bits = int.from_bytes(bytes([poison]) * got.dtype.itemsize, "little")
+    in chunks that stay in the CPU's caches, on several threads (numpy lets go of the interpreter's lock):
+    outputs reach hundreds of MB, compared several times a shape."""
     stored, reference = got.reshape(-1), expected.reshape(-1)
-    raw = stored.view(f"u{got.dtype.itemsize}")  # the bits, to find the poison
-    unwritten = nonfinite = wrong = 0
-    max_error, any_value, any_expected = -1.0, False, False
-    candidates: list[tuple[float, int]] = []  # (error, flat index) of the worst wrong elements of each chunk
-    for start in range(0, raw.size, CHUNK):
-        bits, ref = raw[start : start + CHUNK], reference[start : start + CHUNK]
-        poisoned = bits == poison_bits
-        values = as_float(stored[start : start + CHUNK], dtype)
-        finite = np.isfinite(values)
-        exact = values == ref  # also the same infinity where the reference is one (the LSE of an empty row)
-        unwritten += int(np.count_nonzero(poisoned))
-        nonfinite += int(np.count_nonzero(~finite & ~poisoned & ~exact))
-        with np.errstate(invalid="ignore"):
-            error = np.abs(values - ref)
-        far = (error > tolerance.atol) & (error > tolerance.rtol * np.abs(ref))
-        bad = ~exact & (~finite | ~np.isfinite(ref) | far)
-        measurable = error[np.isfinite(error)]
-        if measurable.size:
-            max_error = max(max_error, float(measurable.max()))
-        any_value = any_value or bool(np.any(values != 0))
-        any_expected = any_expected or bool(np.any(ref != 0))
-        count = int(np.count_nonzero(bad))
-        if count:
-            wrong += count
-            ranked = np.where(bad, np.nan_to_num(error, nan=np.inf, posinf=np.inf), -1.0)
-            top = np.argpartition(ranked, -min(count, WORST))[-min(count, WORST) :]
-            candidates += [(float(ranked[i]), start + int(i)) for i in top]
+    tally = _Tally(0, 0, 0, -1.0, False, False, [])
+    with ThreadPoolExecutor(THREADS) as pool:
+        for part in pool.map(
+            lambda start: _chunk(stored, reference, start, dtype, tolerance, poison), range(0, stored.size, CHUNK)
+        ):
+            tally = tally.plus(part)
     worst = []
-    for _, flat in sorted(candidates, key=lambda c: (-c[0], c[1]))[:WORST]:
+    for _, flat in sorted(tally.candidates, key=lambda c: (-c[0], c[1]))[:WORST]:
         index = np.unravel_index(flat, got.shape)
         value = float(as_float(stored[flat : flat + 1], dtype)[0])
         worst.append(f"{output}[{', '.join(map(str, index))}] = {value:.6g}, expected {reference[flat]:.6g}")
@@ -103,12 +85,68 @@ def compare(
         output,
         label,
         int(got.size),
-        wrong,
-        unwritten,
-        all_zero=not any_value and any_expected,
-        max_abs_error=max_error if max_error >= 0 else float("inf"),
+        tally.wrong,
+        tally.unwritten,
+        all_zero=not tally.any_value and tally.any_expected,
+        max_abs_error=tally.max_error if tally.max_error >= 0 else float("inf"),
         worst=worst,
-        nonfinite=nonfinite,
+        nonfinite=tally.nonfinite,
+    )
+
+
+@dataclass(frozen=True)
+class _Tally:
+    """What one chunk, or several added up, holds."""
+
+    unwritten: int
+    nonfinite: int
+    wrong: int
+    max_error: float  # -1: nothing measurable yet
+    any_value: bool
+    any_expected: bool
+    candidates: list[tuple[float, int]]  # (error, flat index) of the worst wrong elements of each chunk
+
+    def plus(self, other: _Tally) -> _Tally:
+        return _Tally(
+            self.unwritten + other.unwritten,
+            self.nonfinite + other.nonfinite,
+            self.wrong + other.wrong,
+            max(self.max_error, other.max_error),
+            self.any_value or other.any_value,
+            self.any_expected or other.any_expected,
+            self.candidates + other.candidates,
+        )
+
+
+def _chunk(
+    stored: np.ndarray, reference: np.ndarray, start: int, dtype: str, tolerance: Tolerance, poison: int
+) -> _Tally:
+    poison_bits = int.from_bytes(bytes([poison]) * stored.dtype.itemsize, "little")
+    bits = stored[start : start + CHUNK].view(f"u{stored.dtype.itemsize}")  # the bits, to find the poison
+    ref = reference[start : start + CHUNK]
+    poisoned = bits == poison_bits
+    values = as_float(stored[start : start + CHUNK], dtype)
+    finite = np.isfinite(values)
+    exact = values == ref  # also the same infinity where the reference is one (the LSE of an empty row)
+    with np.errstate(invalid="ignore"):
+        error = np.abs(values - ref)
+    far = (error > tolerance.atol) & (error > tolerance.rtol * np.abs(ref))
+    bad = ~exact & (~finite | ~np.isfinite(ref) | far)
+    measurable = error[np.isfinite(error)]
+    count = int(np.count_nonzero(bad))
+    candidates = []
+    if count:
+        ranked = np.where(bad, np.nan_to_num(error, nan=np.inf, posinf=np.inf), -1.0)
+        top = np.argpartition(ranked, -min(count, WORST))[-min(count, WORST) :]
+        candidates = [(float(ranked[i]), start + int(i)) for i in top]
+    return _Tally(
+        int(np.count_nonzero(poisoned)),
+        int(np.count_nonzero(~finite & ~poisoned & ~exact)),
+        count,
+        float(measurable.max()) if measurable.size else -1.0,
+        bool(np.any(values != 0)),
+        bool(np.any(ref != 0)),
+        candidates,
     )
 
 
