@@ -40,6 +40,12 @@ TRUSTED_TIMEOUT = 900.0  # input sets and fp32 references of a large shape
 ATTEMPTS = 3  # captures at fresh addresses when the driver keeps one of them for itself
 
 
+def flashinfer_base() -> Path:
+    """Where FlashInfer keeps the kernels it compiles at first use (~90 s each), across runs: under
+    FLASHINFER_WORKSPACE_BASE, by default the home folder (never the trusted child's scratch HOME)."""
+    return Path(os.environ.get("FLASHINFER_WORKSPACE_BASE", str(Path.home())))
+
+
 @dataclass(frozen=True)
 class Prepared:
     """Input sets and references of one (task, shape), as files the trusted child wrote."""
@@ -107,8 +113,7 @@ class GpuStages:
             folder = self.scratch / "trusted"
             extra = {
                 "PTXBENCH_CUDART": str(find_library("libcudart.so.13") or ""),
-                # where FlashInfer keeps the kernels it compiles at first use (~86 s each): not the scratch HOME
-                "FLASHINFER_WORKSPACE_BASE": os.environ.get("FLASHINFER_WORKSPACE_BASE", str(Path.home())),
+                "FLASHINFER_WORKSPACE_BASE": str(flashinfer_base()),
             }
             self._trusted = Child("trusted", folder, child_environment(folder, extra))
         return self._trusted

@@ -15,6 +15,7 @@ from .agent import Agent, NoKernel
 from .agent.trajectory import budget_kernels
 from .candidate import Candidate
 from .device import Device, detect_devices, device_for, read_clocks
+from .gpu import flashinfer_base
 from .languages import select_languages
 from .pipeline import Pipeline
 from .rundir import RunDirectory, default_path, task_set_hash
@@ -232,5 +233,7 @@ class Harness:
                 },
                 "devices": [vars(d) for d in self.devices],
                 "clocks": read_clocks(),
+                # FlashInfer's compiled kernels, kept across runs (its baselines compile at first use)
+                "flashinfer_cache": str(flashinfer_base() / ".cache" / "flashinfer"),
             }
         )

@@ -180,6 +180,7 @@ def test_reference_gemm_without_gpu_is_skipped_with_what_passed(project: pytest.
     environment = json.loads((out / "environment.json").read_text())
     assert environment["format"] == "ptxbench-run/2" and environment["settings"]["model"] == "reference"
     assert len(environment["task_set"]) == 16 and environment["tools"]["nvcc"]["version"]
+    assert environment["flashinfer_cache"].endswith("/.cache/flashinfer")  # where its compiled kernels stay
 
 
 def test_the_summary_table_sorts_shapes_by_number_gives_reasons_and_the_run_directory(
