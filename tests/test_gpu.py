@@ -44,10 +44,51 @@ def _task(family: Family, name: str) -> Task:
 def _run(
     pipeline: Pipeline, family: Family, source: str, task: str = "gemm-n128-k2048", m: int = 256, lang: str = "cuda"
 ) -> dict[str, Verdict]:
+    return _evaluate(pipeline, family, source, task, Shape({"M": m}, f"m{m}", hidden=False), lang)
+
+
+def _evaluate(
+    pipeline: Pipeline, family: Family, source: str, task: str, shape: Shape, lang: str = "cuda"
+) -> dict[str, Verdict]:
     candidate = Candidate(task, "h100", source, "planted", lang)
-    shape = Shape({"M": m}, f"m{m}", hidden=False)
     verdicts = pipeline.evaluate(candidate, family, _task(family, task), H100, [shape])
     return {v.stage: v for v in verdicts}
+
+
+DECODE_SOURCE = (TASKS / "reference" / "h100" / "gqa_paged_decode.cu").read_text()
+SKEWED = Shape({"B": 7, "L": 3001, "lens": "skewed"}, "b7-l3001-skewed", hidden=True)
+
+
+@pytest.fixture(scope="module")
+def decode() -> Family:
+    from pytest_ptxbench.task.catalogue import load_family
+
+    return load_family(TASKS / "gqa_paged_decode.yaml")
+
+
+@pytest.mark.parametrize("task", ["gqa_paged_decode-h32-kv8-d128-ps1", "gqa_paged_decode-h32-kv4-d128-ps64"])
+def test_reference_paged_decode_passes_every_stage_on_skewed_lengths(
+    pipeline: Pipeline, decode: Family, task: str
+) -> None:
+    """Page tables reach the launcher as host arrays (it plans its split from them) and the device as inputs;
+    FlashInfer is the baseline where it is installed (else the time stage is skipped, saying so)."""
+    verdicts = _evaluate(pipeline, decode, DECODE_SOURCE, task, SKEWED)
+    expected = ("build", "inspect", "check", "profile", "sanitize")
+    assert {s: verdicts[s].status for s in expected} == dict.fromkeys(expected, Status.PASSED), "; ".join(
+        f"{s}: {v.message}" for s, v in verdicts.items() if not v.passed
+    )
+    assert verdicts["time"].status in (Status.PASSED, Status.SKIPPED), verdicts["time"].message
+    assert verdicts["profile"].data["executed"]["UBLKCP.S.G|UTMALDG"] > 0
+
+
+def test_a_decode_that_assumes_a_sequences_pages_are_contiguous_fails_check(pipeline: Pipeline, decode: Family) -> None:
+    """Which pages hold a sequence is drawn from the run's seed: reading the pages after its first is wrong."""
+    lookup = "const int page = __ldg(a.indices + c.pbase + page_idx);"
+    assert lookup in DECODE_SOURCE
+    contiguous = DECODE_SOURCE.replace(lookup, "const int page = __ldg(a.indices + c.pbase) + page_idx;")
+    verdicts = _evaluate(pipeline, decode, contiguous, "gqa_paged_decode-h32-kv8-d128-ps64", SKEWED)
+    assert verdicts["inspect"].passed, verdicts["inspect"].message
+    assert verdicts["check"].status is Status.FAILED, verdicts["check"].message
 
 
 def _no_opcodes(family: Family) -> Family:
