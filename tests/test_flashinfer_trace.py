@@ -574,7 +574,7 @@ def test_attention_tasks_become_definitions_with_scalars_and_a_fixed_mask() -> N
     ]
     assert [(t.name, t.dtype) for t in definition.outputs] == [("O", BF16), ("LSE", "float32")]
     assert "mask:causal" in definition.tags and "mask = causal" in (definition.description or "")
-    workload = made.workload({"B": 2, "H": 16, "S": 1024})
+    workload = made.workload({"B": 2, "H": 16, "S": 1024}, 0)
     assert dict(workload.axes) == {"B": 2, "H": 16, "S": 1024}
     assert workload.inputs[3:] == (ScalarInput("causal", 1), ScalarInput("scale", 128**-0.5))
     compile(definition.reference, "reference", "exec")
@@ -608,7 +608,7 @@ def test_expressions_become_axes_of_their_own(gemm: Family) -> None:
     made = task_definition(family, gemm.tasks[0])
     axes = {a.name: (a.value, a.description) for a in made.definition.axes}
     assert axes["2*M"] == (None, "= 2 * M") and axes["K//2"] == (1024, "= K // 2")
-    assert dict(made.workload({"M": 70}).axes) == {"M": 70, "2*M": 140}
+    assert dict(made.workload({"M": 70}, 0).axes) == {"M": 70, "2*M": 140}
 
 
 def test_a_dtype_flashinfer_trace_cannot_name_is_inexpressible(gemm: Family, run: Path) -> None:
@@ -619,6 +619,49 @@ def test_a_dtype_flashinfer_trace_cannot_name_is_inexpressible(gemm: Family, run
     export = collect(load_run(run), [family])
     assert export.traces == [] and "u8" in export.not_exported["gemm"]
     assert export.not_traced["family gemm has no definition"] == 72
+
+
+def _safetensors(path: Path) -> dict[str, list[int]]:
+    """The int32 tensors of a safetensors file, read by its layout (8-byte header length, JSON, data)."""
+    data = path.read_bytes()
+    size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + size])
+    body = data[8 + size :]
+    out = {}
+    for name, entry in header.items():
+        assert entry["dtype"] == "I32", entry
+        first, last = entry["data_offsets"]
+        out[name] = [int.from_bytes(body[i : i + 4], "little", signed=True) for i in range(first, last, 4)]
+        assert len(out[name]) == entry["shape"][0]
+    return out
+
+
+@pytest.mark.parametrize("name", ["gqa_paged_decode", "gqa_paged_prefill"])
+def test_a_paged_run_exports_the_page_tables_it_used(tmp_path: Path, name: str) -> None:
+    """Each workload of a paged task names the run's own page tables (its seed), in a safetensors blob beside
+    it; the definitions leave out the shape axes no tensor is sized by (a mean length, a pattern)."""
+    family = families()[name]
+    path = write_run(tmp_path / "run", family, MODEL, [[Turn(3, 1.5)]], turns=0, task_set=TASK_SET)
+    write_builds(path, range(3, 4), name)
+    environment = json.loads((path / "environment.json").read_text())
+    environment["settings"]["seed"] = 11
+    (path / "environment.json").write_text(json.dumps(environment))
+    export = export_run(path, TASKS, tmp_path / "tree")
+    assert not export.not_exported and len(export.workloads) == len(family.shapes("all"))
+    (definition,) = export.definitions.values()
+    assert {"L", "lens"}.isdisjoint(a.name for a in definition.axes)
+    task = family.tasks[0]
+    for workload in export.workloads.values():
+        shape = next(s for s in family.shapes("all") if family.values(task, s.values)["B"] == workload.axes["B"])
+        blobs = {i.path for i in workload.inputs if isinstance(i, SafetensorsInput)}
+        assert len(blobs) == 1 and family.host_inputs is not None
+        tables = _safetensors(tmp_path / "tree" / blobs.pop())
+        assert tables == family.host_inputs.tables(family.values(task, shape.values), 11)
+    if fib.package_folder() is not None:
+        models = fib.models()
+        models.Definition.model_validate(definition.to_json())
+        loaded = fib.trace_set(tmp_path / "tree")
+        assert len(loaded["workload"][definition.name]) == len(family.shapes("all"))
 
 
 def test_the_reference_computes_the_family_reference_where_torch_is() -> None:

@@ -24,7 +24,16 @@ from pathlib import Path
 from ..dtypes import DTYPES
 from ..task.catalogue import AxisValue, Family, Param, Task
 from ..task.flashinfer_trace import DTYPES as TRACE_DTYPES
-from ..task.flashinfer_trace import Axis, Definition, RandomInput, ScalarInput, TensorSpec, Workload
+from ..task.flashinfer_trace import (
+    Axis,
+    Definition,
+    RandomInput,
+    SafetensorsInput,
+    ScalarInput,
+    TensorSpec,
+    Workload,
+    WorkloadInput,
+)
 from ..task.formula import Formula
 
 OP_TYPES = {"gqa_paged_decode": "gqa_paged", "gqa_paged_prefill": "gqa_paged"}  # flashinfer-bench's names
@@ -44,28 +53,49 @@ class TaskDefinition:
     derived: Mapping[str, Formula]  # var axes that are launcher expressions over the shape axes
     scalars: tuple[Param, ...]  # the scalar inputs
 
-    def workload(self, shape: Mapping[str, AxisValue]) -> Workload:
-        """The workload of one shape: var axes set, tensors random, scalars their values."""
+    def workload(self, shape: Mapping[str, AxisValue], seed: int) -> Workload:
+        """The workload of one shape: var axes set, scalars their values, the host-visible inputs (page
+        tables) the run's own from a safetensors blob (`blob_path`), the other tensors random."""
         values = self.family.values(self.task, shape)
+        host = self.family.host_inputs.names if self.family.host_inputs else ()
         axes: dict[str, int] = {}
         for name in self.definition.var_axes:
             value = self.derived[name](values) if name in self.derived else shape[name]
             if isinstance(value, str) or int(value) != value or value < 0:
                 raise Inexpressible(f"{self.family.file}: axis {name!r} is {value!r} on {dict(shape)}, not a count")
             axes[name] = int(value)
-        inputs: list[RandomInput | ScalarInput] = []
+        scalars: dict[str, int | float | bool] = {}
+        for param in self.scalars:
+            spec = self.definition.tensor(param.name)
+            if param.value is not None and spec is not None:
+                number = param.value(values)
+                dtype = spec.dtype
+                scalars[param.name] = (
+                    float(number) if dtype == "float32" else bool(number) if dtype == "bool" else int(number)
+                )
+        # the page tables depend on the run's seed (which pages), the rest on the shape alone
+        # the page tables follow from the whole shape (the pattern of lengths) and the run's seed (which pages)
+        extra = [seed, sorted((k, str(v)) for k, v in shape.items())] if host else []
+        key = json.dumps([self.definition.name, axes, list(scalars.values()), *extra])
+        made = str(uuid.uuid5(uuid.NAMESPACE_URL, f"ptxbench:{key}"))
+        inputs: list[WorkloadInput] = []
         for spec in self.definition.inputs:
-            param = next((p for p in self.scalars if p.name == spec.name), None)
-            if param is None or param.value is None:
+            if spec.name in host:
+                inputs.append(SafetensorsInput(spec.name, self.blob_path(made), spec.name))
+            elif spec.name in scalars:
+                inputs.append(ScalarInput(spec.name, scalars[spec.name]))
+            else:
                 inputs.append(RandomInput(spec.name))
-                continue
-            number = param.value(values)
-            scalar = float(number) if spec.dtype == "float32" else bool(number) if spec.dtype == "bool" else int(number)
-            inputs.append(ScalarInput(spec.name, scalar))
-        key = json.dumps([self.definition.name, axes, [i.value for i in inputs if isinstance(i, ScalarInput)]])
-        return Workload(
-            self.definition.name, str(uuid.uuid5(uuid.NAMESPACE_URL, f"ptxbench:{key}")), axes, tuple(inputs)
-        )
+        return Workload(self.definition.name, made, axes, tuple(inputs))
+
+    def blob_path(self, workload: str) -> str:
+        """Where a workload's host-visible inputs are, relative to the tree's root."""
+        return f"blob/workloads/{self.definition.op_type}/{self.definition.name}/{workload}.safetensors"
+
+    def host_tables(self, shape: Mapping[str, AxisValue], seed: int) -> dict[str, list[int]]:
+        """The host-visible inputs of one shape as the run made them (its seed), or nothing."""
+        host = self.family.host_inputs
+        return host.tables(self.family.values(self.task, shape), seed) if host else {}
 
 
 def definition_name(task: Task) -> str:
@@ -98,10 +128,13 @@ def task_definition(family: Family, task: Task) -> TaskDefinition:
             TensorSpec(p.name, None, SCALAR_DTYPES[p.ctype], f"= {p.value.text}" if p.value else None)
         )
     words = {k: v for k, v in task.axes.items() if isinstance(v, str)}
+    # a shape axis no tensor is sized by (a paged shape's mean length and its pattern) is no axis of the definition
+    sized = {a for t in (*tensors["input"], *tensors["output"]) for a in t.shape or ()}
+    kept = [a for a in axes.values() if a.value is not None or a.name in sized]
     draft = Definition(
         name=definition_name(task),
         op_type=OP_TYPES.get(family.name, family.name),
-        axes=tuple(axes.values()),
+        axes=tuple(kept),
         inputs=tuple(tensors["input"]),
         outputs=tuple(tensors["output"]),
         reference="",
@@ -141,16 +174,24 @@ def reference_source(family: Family, task: Task, definition: Definition) -> str:
         imports.append("import torch")  # for run's casts
     header = f"# ptxbench's reference for {task.name}: {family.reference} and what it uses, from {module}'s source."
     blocks = [text[id(n)] for n in kept if not isinstance(n, (ast.Import, ast.ImportFrom))]
-    return "\n\n\n".join(["\n".join([header, *imports]), *blocks, _run(family, task, definition, function)]) + "\n"
+    words = {
+        n.value for node in kept for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    }
+    run = _run(family, task, definition, function, words)
+    return "\n\n\n".join(["\n".join([header, *imports]), *blocks, run]) + "\n"
 
 
-def _run(family: Family, task: Task, definition: Definition, function: str) -> str:
+def _run(family: Family, task: Task, definition: Definition, function: str, words: set[str]) -> str:
+    """`run`: the task's axes, and each shape axis the reference names (`words`: its string constants), read
+    from the dimension of an input that it is."""
     values = [f"{k!r}: {v!r}" for k, v in task.axes.items()]
     for axis in family.shape_axes:
         bound = next(
             ((t.name, i) for t in definition.inputs for i, a in enumerate(t.shape or ()) if a == axis),
             None,
         )
+        if bound is None and axis not in words:
+            continue  # the reference never reads it (a paged shape's mean length: the page tables hold it)
         if bound is None:
             raise Inexpressible(f"{family.file}: shape axis {axis!r} is no dimension of an input: run cannot find it")
         values.append(f"{axis!r}: {bound[0]}.shape[{bound[1]}]")
@@ -197,6 +238,11 @@ def _description(family: Family, task: Task, words: Mapping[str, str]) -> str:
         text += (
             f" In ptxbench {', '.join(family.derived.names)} are computed from the other inputs "
             f"({family.derived.function}); these workloads draw them at random."
+        )
+    if family.host_inputs:
+        text += (
+            f" {', '.join(family.host_inputs.names)} are the run's own ({family.host_inputs.function}, from the"
+            " shape and the run's seed), each workload's in a safetensors blob."
         )
     return text
 

@@ -26,10 +26,13 @@ harness's version and nvcc's. Timestamp: the start of the session that wrote the
 
 from __future__ import annotations
 
+import array
 import json
 import math
 import re
 import shutil
+import struct
+import sys
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
@@ -57,6 +60,7 @@ class Export:
     definitions: dict[str, Definition] = field(default_factory=dict)
     workloads: dict[str, Workload] = field(default_factory=dict)  # by uuid
     solutions: dict[str, dict[str, Any]] = field(default_factory=dict)  # by name
+    blobs: dict[str, dict[str, list[int]]] = field(default_factory=dict)  # path → int32 tensors (page tables)
     traces: list[dict[str, Any]] = field(default_factory=list)
     not_traced: Counter[str] = field(default_factory=Counter)  # why → rows
     not_exported: dict[str, str] = field(default_factory=dict)  # family → why it has no definition
@@ -111,8 +115,11 @@ def collect(run: Run, families: list[Family]) -> Export:
             export.not_traced[f"family {family.name} has no definition"] += 1
             continue
         export.definitions[defined.definition.name] = defined.definition
-        workload = defined.workload(_shape(row, family, where))
+        shape, seed = _shape(row, family, where), _seed(run) if family.host_inputs else 0
+        workload = defined.workload(shape, seed)
         export.workloads[workload.uuid] = workload
+        if family.host_inputs:
+            export.blobs[defined.blob_path(workload.uuid)] = defined.host_tables(shape, seed)
         solution = _solution(run, row, defined, where)
         export.solutions[solution["name"]] = solution
         evaluation = _evaluation(run, row, where)
@@ -141,6 +148,9 @@ def write(export: Export, out: Path) -> None:
             lines.setdefault(path, []).append(trace)
         for path, records in lines.items():
             _put(path, "".join(json.dumps(r, allow_nan=False) + "\n" for r in records))
+        for blob, tensors in export.blobs.items():
+            (staging / blob).parent.mkdir(parents=True, exist_ok=True)
+            (staging / blob).write_bytes(safetensors_int32(tensors))
         for name, solution in export.solutions.items():
             folder = staging / "solutions" / ops[solution["definition"]] / solution["definition"]
             _put(folder / f"{name}.json", json.dumps(solution, indent=2, allow_nan=False))
@@ -150,6 +160,31 @@ def write(export: Export, out: Path) -> None:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def safetensors_int32(tensors: dict[str, list[int]]) -> bytes:
+    """One-dimensional int32 tensors in the safetensors layout: the header's length (8 bytes, little-endian),
+    the JSON header (dtype, shape and byte range of each), padded with spaces to 8 bytes, then the data."""
+    header: dict[str, Any] = {}
+    data = b""
+    for name, values in tensors.items():
+        numbers = array.array("i", values)
+        if sys.byteorder == "big":
+            numbers.byteswap()  # safetensors is little-endian
+        raw = numbers.tobytes()
+        header[name] = {"dtype": "I32", "shape": [len(values)], "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def _seed(run: Run) -> int:
+    """The run's seed, which made its page tables."""
+    seed = run.environment.get("settings", {}).get("seed")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise RunError(f"{run.path / 'environment.json'}: field 'settings.seed' is {seed!r}; the page tables need it")
+    return seed
 
 
 def _put(path: Path, text: str) -> None:
