@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from pytest_ptxbench.task.catalogue import HostInputs, TaskFileError, Tolerance,
 from .conftest import TASKS
 
 DECODE = TASKS / "gqa_paged_decode.yaml"
+PREFILL = TASKS / "gqa_paged_prefill.yaml"
 
 
 @pytest.mark.parametrize("pattern", paged.PATTERNS)
@@ -79,19 +79,9 @@ def test_the_decode_family_declares_its_page_tables_host_visible() -> None:
     assert family.min_tensor_share == 0.0 and family.max_simt_share == 4.0
 
 
-def _decode() -> dict[str, Any]:
-    return dict(yaml.safe_load(DECODE.read_text()))
-
-
 def _param(data: dict[str, Any], name: str) -> dict[str, Any]:
     params: list[dict[str, Any]] = data["launcher"]["params"]
     return next(p for p in params if p["name"] == name)
-
-
-def _broken(change: Any) -> dict[str, Any]:
-    data = copy.deepcopy(_decode())
-    change(data)
-    return data
 
 
 BROKEN = [
@@ -123,18 +113,6 @@ BROKEN = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("change", "message"), BROKEN, ids=[m.split(":")[0] + str(i) for i, (_, m) in enumerate(BROKEN)]
-)
-def test_a_malformed_host_input_names_file_field_and_value(tmp_path: Path, change: Any, message: str) -> None:
-    target = tmp_path / "gqa_paged_decode.yaml"
-    target.write_text(yaml.safe_dump(_broken(change)))
-    with pytest.raises(TaskFileError) as caught:
-        load_family(target)
-    assert str(caught.value).startswith(f"{target}: ")
-    assert message in str(caught.value)
-
-
 def test_a_host_inputs_function_must_return_exactly_its_names() -> None:
     host = HostInputs("pytest_ptxbench.paged:tables", ("kv_indptr", "kv_indices"))
     with pytest.raises(ValueError, match=r"returned \['kv_indices', 'kv_indptr', 'kv_last_page_len'\]"):
@@ -161,9 +139,6 @@ def test_an_empty_rows_lse_is_minus_infinity_and_nothing_else_is() -> None:
         "lse", "set", np.array([-np.inf, -np.inf, np.inf], np.float32), "fp32", expected, Tolerance(1e-3, 1e-3), 0xFF
     )
     assert stray.wrong == 2 and stray.nonfinite == 2 and not stray.passes(0.5)
-
-
-PREFILL = TASKS / "gqa_paged_prefill.yaml"
 
 
 @pytest.mark.parametrize("pattern", paged.PATTERNS)
@@ -198,12 +173,6 @@ def test_prefill_flops_count_the_pairs_each_mask_attends() -> None:
     ]
 
 
-def _prefill_broken(change: Any) -> dict[str, Any]:
-    data = dict(yaml.safe_load(PREFILL.read_text()))
-    change(data)
-    return data
-
-
 BROKEN_COUNTS = [
     (lambda d: d["counts"].update(names=["B"]), "counts.names[0]: not a name apart from the axes"),
     (lambda d: d["counts"].update(names=[]), "counts.names: expected names, each once"),
@@ -221,10 +190,21 @@ BROKEN_COUNTS = [
 ]
 
 
-@pytest.mark.parametrize(("change", "message"), BROKEN_COUNTS, ids=[str(i) for i in range(len(BROKEN_COUNTS))])
-def test_a_malformed_count_names_file_field_and_value(tmp_path: Path, change: Any, message: str) -> None:
-    target = tmp_path / "gqa_paged_prefill.yaml"
-    target.write_text(yaml.safe_dump(_prefill_broken(change)))
+MALFORMED = [(DECODE, change, message) for change, message in BROKEN]
+MALFORMED += [(PREFILL, change, message) for change, message in BROKEN_COUNTS]
+
+
+@pytest.mark.parametrize(
+    ("source", "change", "message"), MALFORMED, ids=[f"{s.stem}-{i}" for i, (s, _, _) in enumerate(MALFORMED)]
+)
+def test_a_malformed_paged_task_file_names_file_field_and_value(
+    tmp_path: Path, source: Path, change: Any, message: str
+) -> None:
+    """Host inputs and counts: a bad one names the file, the field and the value."""
+    data = dict(yaml.safe_load(source.read_text()))
+    change(data)
+    target = tmp_path / source.name
+    target.write_text(yaml.safe_dump(data))
     with pytest.raises(TaskFileError) as caught:
         load_family(target)
     assert str(caught.value).startswith(f"{target}: ")

@@ -541,32 +541,29 @@ class _Reader:
         )
 
     def derived(self, raw: Any, launcher: Launcher) -> Derived:
-        self.fields(raw, DERIVED_FIELDS, "derived_inputs")
         inputs = [p.name for p in launcher.params if p.role == "input"]
-        names = self.get(raw, "names", list, "derived_inputs")
-        for i, name in enumerate(names):
-            if name not in inputs:
-                raise self.fail(
-                    f"derived_inputs.names[{i}]",
-                    f"{name!r} is not an input (inputs: {inputs}){_did_you_mean(name, inputs)}",
-                )
-        if not names or len(set(names)) != len(names) or set(names) == set(inputs):
-            raise self.fail("derived_inputs.names", f"expected some of the inputs, each once, not all: {names!r}")
-        return Derived(self.callable_path(raw, "function", "derived_inputs"), tuple(names))
+        function, names = self.made_inputs(raw, "derived_inputs", inputs, "input")
+        if set(names) == set(inputs):
+            raise self.fail("derived_inputs.names", f"expected some of the inputs, each once, not all: {list(names)!r}")
+        return Derived(function, names)
 
     def host_inputs(self, raw: Any, launcher: Launcher) -> HostInputs:
-        self.fields(raw, DERIVED_FIELDS, "host_inputs")
         integers = [p.name for p in launcher.params if p.role == "input" and p.dtype == "i32"]
-        names = self.get(raw, "names", list, "host_inputs")
+        return HostInputs(*self.made_inputs(raw, "host_inputs", integers, "i32 input"))
+
+    def made_inputs(self, raw: Any, where: str, allowed: list[str], what: str) -> tuple[str, tuple[str, ...]]:
+        """`{function, names}`: the function's path and the inputs it makes, each one of `allowed`, once."""
+        self.fields(raw, DERIVED_FIELDS, where)
+        names = self.get(raw, "names", list, where)
         for i, name in enumerate(names):
-            if name not in integers:
+            if name not in allowed:
                 raise self.fail(
-                    f"host_inputs.names[{i}]",
-                    f"{name!r} is not an i32 input (i32 inputs: {integers}){_did_you_mean(name, integers)}",
+                    f"{where}.names[{i}]",
+                    f"{name!r} is not an {what} ({what}s: {allowed}){_did_you_mean(name, allowed)}",
                 )
         if not names or len(set(names)) != len(names):
-            raise self.fail("host_inputs.names", f"expected i32 inputs, each once: {names!r}")
-        return HostInputs(self.callable_path(raw, "function", "host_inputs"), tuple(names))
+            raise self.fail(f"{where}.names", f"expected {what}s, each once: {names!r}")
+        return self.callable_path(raw, "function", where), tuple(names)
 
     def counts(self, raw: Any, axes: set[str]) -> Counts:
         self.fields(raw, DERIVED_FIELDS, "counts")
