@@ -209,3 +209,16 @@ def test_a_malformed_paged_task_file_names_file_field_and_value(
         load_family(target)
     assert str(caught.value).startswith(f"{target}: ")
     assert message in str(caught.value)
+
+
+def test_the_task_card_says_how_page_tables_arrive_and_which_copy_is_required() -> None:
+    from pytest_ptxbench.agent.prompts import task_card
+    from pytest_ptxbench.languages import LANGUAGES
+    from pytest_ptxbench.targets import TARGETS
+
+    family = load_family(DECODE)
+    cuda = task_card(family, family.tasks[0], TARGETS["h100"], LANGUAGES["cuda"])
+    assert "- kv_indptr_host: the values of kv_indptr as a host array, to plan launches on the host" in cuda
+    assert "must contain UBLKCP.S.G or UTMALDG and they must execute" in cuda
+    triton = task_card(family, family.tasks[0], TARGETS["h100"], LANGUAGES["triton"])
+    assert "- kv_indices_host: the values of kv_indices as a Python list of int" in triton

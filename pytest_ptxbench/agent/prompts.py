@@ -93,7 +93,8 @@ def task_card(family: Family, task: Task, target: Target, language: Language) ->
     lines += [
         "",
         "## Required instructions",
-        f"The SASS of a kernel you launch must contain {', '.join(opcodes)} and they must execute on the real "
+        f"The SASS of a kernel you launch must contain {', '.join(o.replace('|', ' or ') for o in opcodes)} and"
+        " they must execute on the real "
         "workload (a kernel never launched or a dead branch fails).",
     ]
     if language.name == "cuda":
