@@ -1,4 +1,6 @@
-// Reference Hopper (sm_90a) paged GQA decode: one query token per sequence against its paged KV cache.
+// Reference paged GQA decode for Hopper (sm_90a) and Blackwell (sm_100a: tasks/reference/b200 links here; the
+// bulk copies, mbarriers, ldmatrix / movmatrix and mma.sync it uses run unchanged there): one query token per
+// sequence against its paged KV cache.
 // q, output [B, H, D] bf16; k_cache, v_cache [pages, P, KV, D] bf16 (NHD); sequence b owns the pages
 // kv_indices[kv_indptr[b] .. kv_indptr[b+1]-1] in token order, the last one holding kv_last_page_len[b]
 // tokens. output[b, h] = softmax(q[b, h]·Kᵀ·sm_scale)·V with KV head h / (H / KV); lse[b, h] natural log.
