@@ -69,8 +69,8 @@ class Shape:
         derived = request["derived"]  # inputs computed from the drawn ones: {function, names}, or None
         derive = None if derived is None else _resolve(derived["function"])
         host: dict[str, list[int]] = request["host"]  # page tables: made by the harness, the same in every set
-        made = {*(derived or {}).get("names", ()), *host}
-        drawn = [p for p in self.params if p["role"] == "input" and p["name"] not in made]
+        not_drawn = {*(derived or {}).get("names", ()), *host}
+        drawn = [p for p in self.params if p["role"] == "input" and p["name"] not in not_drawn]
         shapes = {p["name"]: p["shape"] for p in self.params if "shape" in p}
         self.baseline: Callable[..., Any] | None = None
         self.baseline_path: str | None = None
