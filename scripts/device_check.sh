@@ -10,6 +10,8 @@
 #   bash scripts/device_check.sh suite      # the whole GPU suite, then one candidate at the core GEMM shape
 #   bash scripts/device_check.sh decode     # the paged decode reference at its core shapes against FlashInfer
 #                                           # (FlashInfer's wheels carried in .whl-flashinfer/)
+#   bash scripts/device_check.sh paged      # both paged families' references at their first visible shape, every
+#                                           # stage; `paged bench`: scripts/bench_paged.py on every task and shape
 # Needs the cupti-python wheel carried in .whl/ (see README). Logs go under $OUT (or ./device-out);
 # a short table is printed last.
 set -uo pipefail
@@ -57,6 +59,23 @@ if [ "${1:-}" = decode ]; then
   sed -n '/= ptxbench =/,/^$/p' "$out/decode.log"; python3 scripts/controls.py --stages /tmp/decode
   grep -E "^E |Error" "$out/decode.log" | head -n 20
   [ "${2:-}" = opcodes ] && python3 scripts/flashinfer_decode_opcodes.py
+  exit 0
+fi
+if [ "${1:-}" = paged ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl-flashinfer/*.whl
+  export FLASHINFER_WORKSPACE_BASE=/tmp/flashinfer
+  if [ "${2:-}" = bench ]; then
+    for family in gqa_paged_decode gqa_paged_prefill; do
+      python3 scripts/bench_paged.py "$family" > "$out/bench-$family.log" 2>&1; echo "$family rc=$?"
+      sed -n '/^== /,$p' "$out/bench-$family.log"
+    done
+    exit 0
+  fi
+  python3 -m pytest tests/test_references.py -q -p no:cacheprovider 2>&1 | tail -n 1
+  python3 -m pytest tasks --ptx-model=reference -k "gqa_paged and kv8 and (b64-l4096 or b16-q1024)" -rA \
+    -p no:cacheprovider --ptx-shapes=visible --ptx-out=/tmp/paged > "$out/paged.log" 2>&1; echo "paged rc=$?"
+  tar czf "$out/paged.tgz" -C /tmp paged/results.jsonl paged/logs 2>/dev/null
+  sed -n '/= ptxbench =/,/^$/p' "$out/paged.log"; python3 scripts/controls.py --stages /tmp/paged
   exit 0
 fi
 if [ "${1:-}" = attention ]; then
