@@ -1,11 +1,13 @@
 """Page tables of a paged KV cache, in plain Python: the harness computes them (no torch), the build and
 capture children receive them as host arrays, the trusted child copies them to the GPU.
 
-A shape fixes the batch `B`, the mean KV length `L` and a word `lens` for how lengths spread; the lengths
-follow from those alone (so FLOPs and bytes are exact formulas: the lengths always sum to B·L), while
-which physical pages hold a sequence is drawn from the run's seed (no kernel can assume them contiguous).
-The cache holds `pages(B, L, P)` pages, more than the sequences use: the spare ones hold data no sequence
-attends to.
+A shape fixes the batch `B`, the mean KV length `L` and how lengths spread, `lens`: a pattern word (the
+lengths then sum to exactly B·L) or the lengths themselves, `given:` and one per sequence (`given:4096,17`;
+for prefill new/all tokens, `given:3/4096,1/17`: a FlashInfer-Trace workload's, summing to at most B·L).
+The lengths follow from the shape alone, and FLOPs and bytes from their sums (`decode_counts`,
+`prefill_counts`); which physical pages hold a sequence is drawn from the run's seed (no kernel can assume
+them contiguous). The cache holds `pages(B, L, P)` pages, more than the sequences use: the spare ones hold
+data no sequence attends to.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 PATTERNS = ("equal", "ragged", "skewed", "one_long")
+GIVEN = "given:"
 
 
 def pages(batch: int, mean: int, page_size: int) -> int:
@@ -23,13 +26,15 @@ def pages(batch: int, mean: int, page_size: int) -> int:
 
 
 def lengths(batch: int, mean: int, pattern: str) -> list[int]:
-    """Per-sequence lengths, each at least 1, summing to exactly `batch * mean`.
+    """Per-sequence lengths, each at least 1, summing to exactly `batch * mean` (or at most, when given).
 
     equal: all `mean`; ragged: uniform in [1, 2·mean); skewed: a power law (a few long, many short);
-    one_long: one sequence holds half the tokens, the others share the rest.
+    one_long: one sequence holds half the tokens, the others share the rest; `given:`: these.
     """
+    if pattern.startswith(GIVEN):
+        return _at_most([n for (n,) in _given(batch, pattern, 1)], batch * mean, "L", pattern)
     if pattern not in PATTERNS:
-        raise ValueError(f"unknown length pattern {pattern!r} (known: {', '.join(PATTERNS)})")
+        raise ValueError(f"unknown length pattern {pattern!r} (known: {', '.join(PATTERNS)}, {GIVEN}N,N,...)")
     total = batch * mean
     draw = random.Random(f"{batch}-{mean}-{pattern}")  # a property of the shape, not of the run
     if pattern == "equal" or batch == 1:
@@ -43,6 +48,35 @@ def lengths(batch: int, mean: int, pattern: str) -> list[int]:
         weights = [1.0] * batch
         weights[draw.randrange(batch)] = batch - 1.0
     return _apportion(total, weights)
+
+
+def given(per_sequence: list[int] | list[tuple[int, int]]) -> str:
+    """The `lens` word of these lengths: `given:` and each sequence's, or its (new, all) tokens for prefill."""
+    return GIVEN + ",".join("/".join(map(str, n)) if isinstance(n, tuple) else str(n) for n in per_sequence)
+
+
+def _given(batch: int, pattern: str, width: int) -> list[tuple[int, ...]]:
+    """The numbers of a `given:` word, `width` a sequence (1 for decode, 2 for prefill), each at least 1."""
+    try:
+        rows = [tuple(int(n) for n in item.split("/")) for item in pattern[len(GIVEN) :].split(",")]
+    except ValueError:
+        rows = []
+    if not rows or any(len(r) != width or min(r) < 1 for r in rows):
+        form = "N/M" if width == 2 else "N"
+        raise ValueError(f"lens {_short(pattern)} is not '{GIVEN}' and one {form} (each at least 1) per sequence")
+    if len(rows) != batch:
+        raise ValueError(f"lens {_short(pattern)} gives {len(rows)} sequences, B is {batch}")
+    return rows
+
+
+def _at_most(numbers: list[int], bound: int, axis: str, pattern: str) -> list[int]:
+    if sum(numbers) > bound:
+        raise ValueError(f"lens {_short(pattern)} holds {sum(numbers)} tokens, more than B·{axis} = {bound}")
+    return numbers
+
+
+def _short(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:37] + "...")
 
 
 def _apportion(total: int, weights: list[float]) -> list[int]:
@@ -67,10 +101,22 @@ def tables(values: Mapping[str, Any], seed: int) -> dict[str, list[int]]:
     return _pages(lengths(batch, mean, str(values["lens"])), batch, mean, int(values["P"]), seed)
 
 
+def decode_counts(values: Mapping[str, Any]) -> dict[str, int]:
+    """TOKENS: the KV tokens of every sequence (B·L for a pattern)."""
+    return {"TOKENS": sum(lengths(int(values["B"]), int(values["L"]), str(values["lens"])))}
+
+
 def query_lengths(values: Mapping[str, Any]) -> tuple[list[int], list[int]]:
     """Prefill: (new tokens, all tokens) per sequence. The new ones spread as `lens` over B·Q; the earlier ones
-    too, over B·(L − Q), so every sequence holds more tokens than it adds and all hold B·L."""
+    too, over B·(L − Q), so every sequence holds more tokens than it adds and all hold B·L. Given ones hold
+    at least as many as they add, at most B·Q and B·L in all."""
     batch, new, mean, pattern = int(values["B"]), int(values["Q"]), int(values["L"]), str(values["lens"])
+    if pattern.startswith(GIVEN):
+        rows = _given(batch, pattern, 2)
+        if any(q > k for q, k in rows):
+            raise ValueError(f"lens {_short(pattern)} adds more tokens to a sequence than it holds (N/M, N > M)")
+        queries, totals = ([r[i] for r in rows] for i in (0, 1))
+        return _at_most(queries, batch * new, "Q", pattern), _at_most(totals, batch * mean, "L", pattern)
     if mean <= new:
         raise ValueError(f"L {mean} must exceed Q {new}: every sequence has earlier tokens in its cache")
     queries = lengths(batch, new, pattern)
@@ -86,10 +132,12 @@ def prefill_tables(values: Mapping[str, Any], seed: int) -> dict[str, list[int]]
 
 
 def prefill_counts(values: Mapping[str, Any]) -> dict[str, int]:
-    """PAIRS: the (query, key) pairs attended over every sequence; causal with the mask at the bottom right."""
+    """PAIRS: the (query, key) pairs attended over every sequence (causal: the mask at the bottom right);
+    ROWS: the new tokens, TOKENS: all tokens, of every sequence (B·Q and B·L for a pattern)."""
     causal = values["mask"] == "causal"
     queries, totals = query_lengths(values)
-    return {"PAIRS": sum(q * k - (q * (q - 1) // 2 if causal else 0) for q, k in zip(queries, totals, strict=True))}
+    pairs = sum(q * k - (q * (q - 1) // 2 if causal else 0) for q, k in zip(queries, totals, strict=True))
+    return {"PAIRS": pairs, "ROWS": sum(queries), "TOKENS": sum(totals)}
 
 
 def _offsets(counts: list[int]) -> list[int]:

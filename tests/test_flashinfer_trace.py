@@ -22,14 +22,16 @@ from pytest_ptxbench.report.flashinfer_definition import Inexpressible, task_def
 from pytest_ptxbench.report.flashinfer_trace import NOT_RUN, collect, export_run
 from pytest_ptxbench.report.runs import RunError, load_run
 from pytest_ptxbench.rundir import task_set_hash
-from pytest_ptxbench.task.catalogue import Family, TaskFileError, load_catalogue
+from pytest_ptxbench.task.catalogue import Family, TaskFileError, load_catalogue, resolved_params, shape_id
 from pytest_ptxbench.task.flashinfer_trace import (
     RandomInput,
     SafetensorsInput,
     ScalarInput,
     TraceFileError,
     family_for,
+    int_tensor,
     load_tree,
+    safetensors_int32,
 )
 from pytest_ptxbench.task.formula import Formula
 from pytest_ptxbench.task.from_trace import not_tasks, tasks_from_tree
@@ -121,22 +123,29 @@ def make_tree(root: Path) -> Path:
         + "\n"
     )
     (root / "workloads" / "gqa_paged").mkdir(parents=True)
-    decode = {"batch_size": 16, "num_pages": 1024, "len_indptr": 17, "num_kv_indices": 1000}
-    blob = "blob/workloads/gqa_paged/decode.safetensors"
-    (root / "workloads" / "gqa_paged" / "gqa_paged_decode_h32_kv4_d128_ps1.jsonl").write_text(
-        workload_line(
-            "gqa_paged_decode_h32_kv4_d128_ps1",
-            decode,
-            {
-                "q": {"type": "random"},
-                "kv_indptr": {"type": "safetensors", "path": blob, "tensor_key": "kv_indptr"},
-                "sm_scale": {"type": "scalar", "value": 0.088},
-            },
-            "w3",
-        )
-        + "\n"
-    )
+    for name, tables in PAGED_TABLES.items():
+        blob = f"blob/workloads/gqa_paged/{name}.safetensors"
+        (root / blob).parent.mkdir(parents=True, exist_ok=True)
+        (root / blob).write_bytes(safetensors_int32(tables))
+        batch = len(tables["kv_indptr"]) - 1
+        axes = {"num_pages": 1024, "len_indptr": batch + 1, "num_kv_indices": tables["kv_indptr"][-1]}
+        axes |= {"total_q": tables["qo_indptr"][-1]} if "qo_indptr" in tables else {"batch_size": batch}
+        inputs: dict[str, Any] = {"q": {"type": "random"}, "sm_scale": {"type": "scalar", "value": 0.088}}
+        inputs |= {t: {"type": "safetensors", "path": blob, "tensor_key": t} for t in tables}
+        (root / "workloads" / "gqa_paged" / f"{name}.jsonl").write_text(workload_line(name, axes, inputs, name) + "\n")
     return root
+
+
+# A decode of three sequences (5, 1 and 20 tokens) and a prefill adding 2 and 3 tokens to 4 and 9 held,
+# their pages in no order (the import keeps the lengths, and the run draws the pages).
+PAGED_TABLES = {
+    "gqa_paged_decode_h32_kv4_d128_ps1": {"kv_indptr": [0, 5, 6, 26], "kv_indices": [*range(30, 4, -1)]},
+    "gqa_paged_prefill_causal_h32_kv4_d128_ps1": {
+        "qo_indptr": [0, 2, 5],
+        "kv_indptr": [0, 4, 13],
+        "kv_indices": [*range(13)],
+    },
+}
 
 
 def test_load_tree_reads_definitions_and_workloads(tmp_path: Path) -> None:
@@ -159,10 +168,12 @@ def test_load_tree_reads_definitions_and_workloads(tmp_path: Path) -> None:
         ("w2", {"M": 70}, 3),
     ]
     (paged,) = tree.workloads_of("gqa_paged_decode_h32_kv4_d128_ps1")
+    blob = "blob/workloads/gqa_paged/gqa_paged_decode_h32_kv4_d128_ps1.safetensors"
     assert paged.inputs == (
         RandomInput("q"),
-        SafetensorsInput("kv_indptr", "blob/workloads/gqa_paged/decode.safetensors", "kv_indptr"),
         ScalarInput("sm_scale", 0.088),
+        SafetensorsInput("kv_indptr", blob, "kv_indptr"),
+        SafetensorsInput("kv_indices", blob, "kv_indices"),
     )
 
 
@@ -170,19 +181,17 @@ def test_load_tree_reads_definitions_and_workloads(tmp_path: Path) -> None:
 def test_the_hand_built_tree_is_one_flashinfer_bench_loads(tmp_path: Path) -> None:
     loaded = fib.trace_set(make_tree(tmp_path))
     assert sorted(loaded["definitions"]) == sorted(load_tree(tmp_path).definitions)
-    assert sum(len(w) for w in loaded["workload"].values()) == 3
+    assert sum(len(w) for w in loaded["workload"].values()) == 4
 
 
 def test_family_for_known_definitions(tmp_path: Path) -> None:
     tree = load_tree(make_tree(tmp_path))
     mapped = {name: family_for(d) for name, d in tree.definitions.items()}
-    tables = "but its workloads' page tables are data, and ptxbench's paged shapes make theirs"
+    gqa = {"H": 32, "KV": 4, "D": 128, "P": 1}
     assert mapped == {
         "gemm_n4096_k4096": ("gemm", {"N": 4096, "K": 4096}),
-        "gqa_paged_decode_h32_kv4_d128_ps1": f"a gqa_paged_decode task (H 32, KV 4, D 128, P 1), {tables}"
-        " from a batch, a mean length and a pattern",
-        "gqa_paged_prefill_causal_h32_kv4_d128_ps1": f"a gqa_paged_prefill task (H 32, KV 4, D 128, P 1), {tables}"
-        " from a batch, a mean length and a pattern",
+        "gqa_paged_decode_h32_kv4_d128_ps1": ("gqa_paged_decode", gqa),
+        "gqa_paged_prefill_causal_h32_kv4_d128_ps1": ("gqa_paged_prefill", gqa | {"mask": "causal"}),
         "fused_add_rmsnorm_h4096": "op_type 'rmsnorm' has no ptxbench family",
     }
 
@@ -212,13 +221,20 @@ def test_family_for_refuses_gqa_outside_ptxbench(tmp_path: Path) -> None:
     uneven["axes"]["num_kv_heads"] = const(5)
     no_page = gqa_definition(False) | {"name": "no_page"}
     no_page["axes"]["page_size"] = VAR
+    no_fill = gqa_definition(False) | {"name": "no_fill"}  # pages of 64 tokens, and no last page's fill
+    no_fill["axes"]["page_size"] = const(64)
+    masked = gqa_definition(True) | {"name": "masked", "tags": ["mask:sliding"]}
     (tmp_path / "definitions").mkdir()
-    for i, raw in enumerate((fp16, uneven, no_page)):
+    for i, raw in enumerate((fp16, uneven, no_page, no_fill, masked)):
         (tmp_path / "definitions" / f"{i}.json").write_text(json.dumps(raw))
     tree = load_tree(tmp_path)
     assert "take bf16 q, k_cache, v_cache" in str(family_for(tree.definitions[fp16["name"]]))
     assert "num_qo_heads 32 is no multiple of num_kv_heads 5" in str(family_for(tree.definitions["uneven"]))
     assert "lacks const axes page_size" in str(family_for(tree.definitions["no_page"]))
+    assert "has no kv_last_page_len input: its sequences' lengths are not given" in str(
+        family_for(tree.definitions["no_fill"])
+    )
+    assert "tag 'mask:sliding' is none of causal, full" in str(family_for(tree.definitions["masked"]))
 
 
 GEMM_FILE = "definitions/gemm/gemm_n4096_k4096.json"
@@ -681,17 +697,138 @@ def test_the_reference_computes_the_family_reference_where_torch_is() -> None:
 
 def test_a_trees_definitions_become_the_tasks_and_its_workloads_the_shapes(tmp_path: Path) -> None:
     tree = load_tree(make_tree(tmp_path / "tree"))
-    (gemm,) = tasks_from_tree(load_catalogue(TASKS), tree)  # the GQA families are not in this catalogue
+    gemm, decode, prefill = tasks_from_tree(load_catalogue(TASKS), tree)
     assert [t.name for t in gemm.tasks] == ["gemm-n4096-k4096"]
     assert [s.id for s in gemm.shapes("visible")] == ["m8192", "m70"]
     assert "m70" not in [s.id for s in gemm.shapes("hidden")] and gemm.hidden  # visible now, the rest kept
-    assert not_tasks(tree) == {
-        "fused_add_rmsnorm_h4096": "op_type 'rmsnorm' has no ptxbench family",
-        "gqa_paged_decode_h32_kv4_d128_ps1": family_for(tree.definitions["gqa_paged_decode_h32_kv4_d128_ps1"]),
-        "gqa_paged_prefill_causal_h32_kv4_d128_ps1": family_for(
-            tree.definitions["gqa_paged_prefill_causal_h32_kv4_d128_ps1"]
+    assert not_tasks(tree) == {"fused_add_rmsnorm_h4096": "op_type 'rmsnorm' has no ptxbench family"}
+    # a paged workload's lengths (from its page tables) are the shape; the pages they occupy are the run's
+    assert [t.name for t in decode.tasks] == ["gqa_paged_decode-h32-kv4-d128-ps1"]
+    (shape,) = decode.shapes("visible")
+    assert shape.values == {"B": 3, "L": 9, "lens": "given:5,1,20"} and shape.id.startswith("b3-l9-given")
+    values = decode.values(decode.tasks[0], shape.values)
+    assert values["TOKENS"] == 26 and decode.flops(values) == 4 * 26 * 32 * 128
+    assert decode.host_inputs is not None
+    tables = decode.host_inputs.tables(values, 5)
+    assert tables["kv_indptr"] == [0, 5, 6, 26] and tables["kv_last_page_len"] == [1, 1, 1]
+    assert tables["kv_indices"][:26] != PAGED_TABLES["gqa_paged_decode_h32_kv4_d128_ps1"]["kv_indices"]
+    assert [t.name for t in prefill.tasks] == ["gqa_paged_prefill-h32-kv4-d128-ps1-causal"]
+    (shape,) = prefill.shapes("visible")
+    assert shape.values == {"B": 2, "Q": 3, "L": 7, "lens": "given:2/4,3/9"}
+    values = prefill.values(prefill.tasks[0], shape.values)
+    assert (values["ROWS"], values["TOKENS"], values["PAIRS"]) == (5, 13, (2 * 4 - 1) + (3 * 9 - 3))
+    params = {p["name"]: p for p in resolved_params(prefill, values)}
+    assert params["q"]["shape"] == [5, 32, 128] and params["lse"]["shape"] == [5, 32]
+    assert prefill.host_inputs is not None
+    made = prefill.host_inputs.tables(values, 5)
+    assert made["qo_indptr"] == [0, 2, 5] and made["kv_indptr"] == [0, 4, 13]
+
+
+@pytest.mark.parametrize("name", ["gqa_paged_decode", "gqa_paged_prefill"])
+def test_a_paged_export_loads_back_as_the_same_lengths(tmp_path: Path, name: str) -> None:
+    """Round trip: the tree a paged run exports is loaded by `--ptx-tasks` as the shapes of the same sequences."""
+    family = families()[name]
+    path = write_run(tmp_path / "run", family, MODEL, [[Turn(3, 1.5)]], turns=0, task_set=TASK_SET)
+    write_builds(path, range(3, 4), name)
+    environment = json.loads((path / "environment.json").read_text())
+    seed = environment["settings"]["seed"] = 11
+    (path / "environment.json").write_text(json.dumps(environment))
+    export_run(path, TASKS, tmp_path / "tree")
+    (loaded,) = tasks_from_tree(load_catalogue(TASKS), load_tree(tmp_path / "tree"))
+    task = family.tasks[0]
+    assert loaded.tasks == (task,)
+    assert family.host_inputs is not None and loaded.host_inputs is not None
+
+    def sequences(f: Family, shape: dict[str, Any], seed: int) -> list[list[int]]:
+        tables = f.host_inputs.tables(f.values(task, shape), seed) if f.host_inputs else {}
+        return [
+            tables[n][: len(tables["kv_indptr"])] for n in ("kv_indptr", "kv_last_page_len", "qo_indptr") if n in tables
+        ]
+
+    before = sorted(sequences(family, dict(s.values), seed) for s in family.shapes("all"))
+    after = sorted(sequences(loaded, dict(s.values), seed + 1) for s in loaded.shapes("visible"))
+    assert after == before and all(str(s.values["lens"]).startswith("given:") for s in loaded.shapes("visible"))
+    for s in loaded.shapes("visible"):  # the formulas see the same token counts
+        original = next(
+            o
+            for o in family.shapes("all")
+            if sequences(family, dict(o.values), 1) == sequences(loaded, dict(s.values), 1)
+        )
+        assert loaded.flops(loaded.values(task, s.values)) == family.flops(family.values(task, original.values))
+
+
+def _paged_tree(tmp_path: Path, change: Callable[[dict[str, Any]], None]) -> Path:
+    root = make_tree(tmp_path / "tree")
+    file = root / "workloads" / "gqa_paged" / "gqa_paged_decode_h32_kv4_d128_ps1.jsonl"
+    raw = json.loads(file.read_text())
+    change(raw["workload"])
+    file.write_text(json.dumps(raw) + "\n")
+    return root
+
+
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        (
+            lambda w: w["inputs"].update(kv_indptr={"type": "random"}),
+            "field 'workload.inputs.kv_indptr': the page tables must come from a blob",
         ),
-    }
+        (
+            lambda w: w["inputs"]["kv_indptr"].update(path="blob/none.safetensors"),
+            "blob/none.safetensors: cannot read kv_indptr's safetensors file: No such file or directory",
+        ),
+        (
+            lambda w: w["inputs"]["kv_indptr"].update(tensor_key="indptr"),
+            "decode.safetensors... no tensor 'indptr' (has ['kv_indices', 'kv_indptr'])",
+        ),
+        (
+            lambda w: w["inputs"]["kv_indptr"].update(tensor_key="kv_indices"),
+            "kv_indptr [30, 29, 28, 27, 26, ... (26)] and kv_last_page_len",
+        ),
+    ],
+)
+def test_a_paged_workload_without_valid_page_tables_is_named(
+    tmp_path: Path, change: Callable[[dict[str, Any]], None], why: str
+) -> None:
+    root = _paged_tree(tmp_path, change)
+    with pytest.raises(TraceFileError) as refused:
+        tasks_from_tree(load_catalogue(TASKS), load_tree(root))
+    message = str(refused.value).replace("gqa_paged_decode_h32_kv4_d128_ps1.safetensors:", "decode.safetensors...")
+    assert why in message
+    if "workload." in why or "kv_last" in why:
+        assert message.startswith(f"{root}/workloads/gqa_paged/gqa_paged_decode_h32_kv4_d128_ps1.jsonl:1: workload")
+
+
+def test_safetensors_blobs_are_read_as_written_and_malformed_ones_named(tmp_path: Path) -> None:
+    blob = tmp_path / "t.safetensors"
+    blob.write_bytes(safetensors_int32({"a": [0, -1, 2**31 - 1], "b": []}))
+    assert int_tensor(tmp_path, SafetensorsInput("x", "t.safetensors", "a")) == [0, -1, 2**31 - 1]
+    assert int_tensor(tmp_path, SafetensorsInput("x", "t.safetensors", "b")) == []
+    assert _safetensors(blob) == {"a": [0, -1, 2**31 - 1], "b": []}  # the layout, read independently
+    header = json.dumps({"w": {"dtype": "I64", "shape": [2], "data_offsets": [0, 16]}}).encode()
+    blob.write_bytes(
+        len(header).to_bytes(8, "little") + header + (5).to_bytes(8, "little") + (-3).to_bytes(8, "little", signed=True)
+    )
+    assert int_tensor(tmp_path, SafetensorsInput("x", "t.safetensors", "w")) == [5, -3]
+    for body, why in [
+        (b"\xff" * 12, "not a safetensors file"),
+        (
+            _header({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}) + b"\0" * 4,
+            "is F32, expected I32 or I64",
+        ),
+        (
+            _header({"w": {"dtype": "I32", "shape": [2], "data_offsets": [0, 8]}}) + b"\0" * 4,
+            "data_offsets [0, 8] outside",
+        ),
+    ]:
+        blob.write_bytes(body)
+        with pytest.raises(TraceFileError, match=why.replace("[", r"\[").replace("]", r"\]")):
+            int_tensor(tmp_path, SafetensorsInput("x", "t.safetensors", "w"))
+
+
+def _header(entries: dict[str, Any]) -> bytes:
+    text = json.dumps(entries).encode()
+    return len(text).to_bytes(8, "little") + text
 
 
 def test_a_workload_that_is_no_shape_of_the_family_is_named_with_its_line(tmp_path: Path) -> None:
@@ -715,14 +852,15 @@ def test_ptx_tasks_collects_the_trees_tasks_and_says_what_it_cannot_load(project
         "tasks", f"--ptx-tasks={tree}", "--ptx-shapes=visible", "--collect-only", "-q"
     )
     ids = sorted(line.split("[")[-1].rstrip("]") for line in result.outlines if "::" in line)
-    assert ids == ["gemm-n4096-k4096-h100-m70", "gemm-n4096-k4096-h100-m8192"]
+    assert ids[:2] == ["gemm-n4096-k4096-h100-m70", "gemm-n4096-k4096-h100-m8192"]
+    decode = shape_id("b{B}-l{L}-{lens}", {"B": 3, "L": 9, "lens": "given:5,1,20"})
+    assert f"gqa_paged_decode-h32-kv4-d128-ps1-h100-{decode}" in ids
+    assert sum("gqa_paged_prefill-h32-kv4-d128-ps1-causal-h100-b2-q3-l7-given" in i for i in ids) == 1
     header = project.runpytest_subprocess("tasks", f"--ptx-tasks={tree}", "--collect-only")
     header.stdout.fnmatch_lines(
         [
-            "ptxbench tasks: FlashInfer-Trace */tree: tasks of a family: gemm_n4096_k4096 (gemm)",
+            "ptxbench tasks: FlashInfer-Trace */tree: tasks of a family: gemm_n4096_k4096 (gemm), *",
             "ptxbench tasks: not loadable: fused_add_rmsnorm_h4096: op_type 'rmsnorm' has no ptxbench family",
-            "ptxbench tasks: not loadable: gqa_paged_decode_h32_kv4_d128_ps1: a gqa_paged_decode task (H 32, KV 4,*",
-            "ptxbench tasks: not loadable: gqa_paged_prefill_causal_h32_kv4_d128_ps1: a gqa_paged_prefill task*",
         ]
     )
     bad = project.runpytest_subprocess("tasks", f"--ptx-tasks={project.path / 'nowhere'}", "--collect-only")

@@ -26,13 +26,10 @@ harness's version and nvcc's. Timestamp: the start of the session that wrote the
 
 from __future__ import annotations
 
-import array
 import json
 import math
 import re
 import shutil
-import struct
-import sys
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
@@ -44,7 +41,7 @@ from ..languages import LANGUAGES
 from ..rundir import RESULTS, task_set_hash
 from ..targets import TARGETS
 from ..task.catalogue import Family, Task, load_catalogue
-from ..task.flashinfer_trace import Definition, Workload
+from ..task.flashinfer_trace import Definition, Workload, safetensors_int32
 from ..verdict import STAGES
 from .flashinfer_definition import Inexpressible, TaskDefinition, task_definition
 from .runs import Run, RunError, load_run
@@ -160,23 +157,6 @@ def write(export: Export, out: Path) -> None:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-
-
-def safetensors_int32(tensors: dict[str, list[int]]) -> bytes:
-    """One-dimensional int32 tensors in the safetensors layout: the header's length (8 bytes, little-endian),
-    the JSON header (dtype, shape and byte range of each), padded with spaces to 8 bytes, then the data."""
-    header: dict[str, Any] = {}
-    data = b""
-    for name, values in tensors.items():
-        numbers = array.array("i", values)
-        if sys.byteorder == "big":
-            numbers.byteswap()  # safetensors is little-endian
-        raw = numbers.tobytes()
-        header[name] = {"dtype": "I32", "shape": [len(values)], "data_offsets": [len(data), len(data) + len(raw)]}
-        data += raw
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    return struct.pack("<Q", len(text)) + text + data
 
 
 def _seed(run: Run) -> int:

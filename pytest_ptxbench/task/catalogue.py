@@ -8,6 +8,7 @@ of its axes (`gemm-n7168-k5120`); a *shape* sets the rest (`m8192`). A malformed
 from __future__ import annotations
 
 import difflib
+import hashlib
 import importlib
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -23,6 +24,7 @@ from .yaml_file import YAMLFileError, read_yaml
 ROLES = ("input", "output", "scalar", "host", "workspace", "workspace_bytes", "stream")
 DISTRIBUTIONS = {"normal": {"std"}, "uniform": {"low", "high"}, "spiky": {"std", "outlier_fraction", "outlier_scale"}}
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NUMBERED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*:[0-9][0-9,/]*$")  # a word with numbers: `given:4096,17`
 _CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 FAMILY_FIELDS = (
@@ -161,6 +163,16 @@ def _call(function: str, names: Sequence[str], *args: Any) -> Any:
     return made
 
 
+def shape_id(template: str, shape: Mapping[str, AxisValue]) -> str:
+    """A shape's part of the test id: `template` filled in, a word with numbers shown as the word and a digest
+    of them (`given:4096,17` → `given1f0c2a9b`)."""
+    shown = {
+        axis: f"{v.split(':')[0]}{hashlib.sha256(v.encode()).hexdigest()[:8]}" if isinstance(v, str) and ":" in v else v
+        for axis, v in shape.items()
+    }
+    return template.format(**shown)
+
+
 @dataclass(frozen=True)
 class Shape:
     values: Mapping[str, AxisValue]
@@ -203,7 +215,7 @@ class Family:
         """`visible`, `hidden` or `all` shapes, with their test-id parts."""
         chosen = [(s, False) for s in self.visible if which in ("visible", "all")]
         chosen += [(s, True) for s in self.hidden if which in ("hidden", "all")]
-        return [Shape(dict(s), self.shape_id.format(**s), hidden) for s, hidden in chosen]
+        return [Shape(dict(s), shape_id(self.shape_id, s), hidden) for s, hidden in chosen]
 
     def values(self, task: Task, shape: Mapping[str, AxisValue]) -> dict[str, AxisValue]:
         """What formulas, references and baselines see for a task on a shape: its axes, the shape's, the counts."""
@@ -334,7 +346,7 @@ class _Reader:
         counts = self.counts(raw["counts"], set(task_axes) | set(shape_axes)) if "counts" in raw else None
         names = set(task_axes) | set(shape_axes) | set(counts.names if counts else ())
         task_id = self.id_format(raw, "task_id", task_axes)
-        shape_id = self.id_format(raw, "shape_id", shape_axes)
+        shape_template = self.id_format(raw, "shape_id", shape_axes)
         tasks = tuple(
             self.task(name, entry, task_axes, task_id, f"tasks[{i}]")
             for i, entry in enumerate(self.get(raw, "tasks", list, ""))
@@ -355,7 +367,7 @@ class _Reader:
             raise self.fail("shapes.visible", "empty: the model needs at least one shape for feedback")
         every_shape = [(f"shapes.visible[{i}]", s) for i, s in enumerate(visible)]
         every_shape += [(f"shapes.hidden[{i}]", s) for i, s in enumerate(hidden)]
-        self.unique(((where, shape_id.format(**s)) for where, s in every_shape), "shape")
+        self.unique(((where, shape_id(shape_template, s)) for where, s in every_shape), "shape")
         baselines = {DEFAULT_BASELINE: self.baseline(self.get(raw, "baseline", Mapping, ""), "baseline")}
         for key, entry in self.get(raw, "baselines", Mapping, "", default={}).items():
             if not isinstance(key, str) or not _IDENT.match(key) or key == DEFAULT_BASELINE:
@@ -433,12 +445,12 @@ class _Reader:
             visible=visible,
             hidden=hidden,
             task_id=task_id,
-            shape_id=shape_id,
+            shape_id=shape_template,
         )
         for where, shape in [*every_shape, ("sanitizer_shape", sanitizer_shape)]:
             failure = _formula_failure(family, shape)
             if failure:
-                raise self.fail(failure.field, f"{failure.why}, on {where} ({shape_id.format(**shape)})")
+                raise self.fail(failure.field, f"{failure.why}, on {where} ({shape_id(shape_template, shape)})")
         return family
 
     def names(self, values: list[Any], where: str) -> list[str]:
@@ -476,7 +488,7 @@ class _Reader:
             value = self.get(entry, axis, (int, str), where)
             if isinstance(value, int) and value <= 0:
                 raise self.fail(f"{where}.{axis}", f"must be positive, got {value!r}")
-            if isinstance(value, str) and not _IDENT.match(value):
+            if isinstance(value, str) and not (_IDENT.match(value) or _NUMBERED.match(value)):
                 raise self.fail(f"{where}.{axis}", f"not a word: {value!r}")
             values[axis] = value
         return values
@@ -698,7 +710,7 @@ def replace_hidden(families: list[Family], path: Path) -> list[Family]:
             shapes = checked_shapes(family, hidden, path)
             visible = [(f"shapes.visible[{i}] of {family.file}", s) for i, s in enumerate(family.visible)]
             named = [(where, s) for (where, _), s in zip(hidden, shapes, strict=True)]
-            reader.unique(((where, family.shape_id.format(**s)) for where, s in visible + named), "shape")
+            reader.unique(((where, shape_id(family.shape_id, s)) for where, s in visible + named), "shape")
             family = replace(family, hidden=tuple(shapes))
         out.append(family)
     return out

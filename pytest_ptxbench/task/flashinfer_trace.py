@@ -6,7 +6,8 @@ concrete var-axis values and how each input is made), `solutions/` and `traces/`
 first two into frozen dataclasses, checking what flashinfer-bench 0.1.2's models check (and that a workload
 names its definition's inputs and axes), and raises `TraceFileError` naming the file, line and field.
 Unknown fields are ignored, as flashinfer-bench ignores them. `family_for` says which ptxbench family and
-task axes a definition is, or why none. Nothing here imports flashinfer-bench, torch or safetensors.
+task axes a definition is, or why none; `int_tensor` and `safetensors_int32` read and write the integer
+blobs (page tables). Nothing here imports flashinfer-bench, torch or safetensors.
 """
 
 from __future__ import annotations
@@ -172,8 +173,13 @@ def load_tree(path: Path) -> Tree:
     return Tree(path, definitions, tuple(workloads))
 
 
-def family_for(definition: Definition) -> tuple[str, dict[str, int]] | str:
-    """The ptxbench family and task axes `definition` is, or why it is none (a sentence)."""
+def family_for(definition: Definition) -> tuple[str, dict[str, int | str]] | str:
+    """The ptxbench family and task axes `definition` is, or why it is none (a sentence). A definition ptxbench
+    exported names its family in a tag and its task's axes as its const axes and tags (`mask:causal`)."""
+    families = [tag.split(":", 1)[1] for tag in definition.tags if tag.startswith("ptxbench_family:")]
+    if families:
+        words = dict(tag.split(":", 1) for tag in definition.tags if ":" in tag and not tag.startswith(_OURS))
+        return families[0], {**definition.const_axes, **words}
     if definition.op_type == "gemm":
         return _gemm(definition)
     if definition.op_type == "gqa_paged":
@@ -181,10 +187,12 @@ def family_for(definition: Definition) -> tuple[str, dict[str, int]] | str:
     return f"op_type {definition.op_type!r} has no ptxbench family"
 
 
+_OURS = ("ptxbench_family:", "source:")  # the tags ptxbench's export adds beside the task's words
 GQA_AXES = {"num_qo_heads": "H", "num_kv_heads": "KV", "head_dim": "D", "page_size": "P"}
+MASKS = ("causal", "full")
 
 
-def _gemm(d: Definition) -> tuple[str, dict[str, int]] | str:
+def _gemm(d: Definition) -> tuple[str, dict[str, int | str]] | str:
     """C[M, N] = A[M, K] · B[N, K]ᵀ in bf16, M var, N and K const: ptxbench's gemm task (N, K)."""
     wanted = {"A": ("M", "K"), "B": ("N", "K")}
     got = {t.name: (t.shape, t.dtype) for t in d.inputs}
@@ -198,23 +206,81 @@ def _gemm(d: Definition) -> tuple[str, dict[str, int]] | str:
     return "gemm", {"N": d.const_axes["N"], "K": d.const_axes["K"]}
 
 
-def _gqa_paged(d: Definition) -> tuple[str, dict[str, int]] | str:
-    """Paged GQA decode (no `qo_indptr`) or prefill (`qo_indptr`): why it is not loadable, in a sentence."""
+def _gqa_paged(d: Definition) -> tuple[str, dict[str, int | str]] | str:
+    """Paged GQA decode (no `qo_indptr`) or prefill (`qo_indptr`; causal unless a `mask:full` tag says not)."""
     missing = [axis for axis in GQA_AXES if axis not in d.const_axes]
     if missing:
         return f"gqa_paged definition {d.name!r} lacks const axes {', '.join(missing)}"
     dtypes = {name: spec.dtype for name in ("q", "k_cache", "v_cache") if (spec := d.tensor(name))}
     if set(dtypes.values()) != {"bfloat16"} or len(dtypes) != 3:
         return f"gqa_paged definition {d.name!r}: ptxbench's families take bf16 q, k_cache, v_cache (got {dtypes})"
-    axes = {key: d.const_axes[axis] for axis, key in GQA_AXES.items()}
-    if axes["KV"] == 0 or axes["H"] % axes["KV"]:
+    axes: dict[str, int | str] = {key: d.const_axes[axis] for axis, key in GQA_AXES.items()}
+    if axes["KV"] == 0 or int(axes["H"]) % int(axes["KV"]):
         return f"gqa_paged definition {d.name!r}: num_qo_heads {axes['H']} is no multiple of num_kv_heads {axes['KV']}"
-    family = "gqa_paged_decode" if d.tensor("qo_indptr") is None else "gqa_paged_prefill"
-    # a workload's page tables are data (its safetensors); a ptxbench shape makes them from B, L and a pattern
-    return (
-        f"a {family} task ({', '.join(f'{k} {v}' for k, v in axes.items())}), but its workloads' page tables are"
-        " data, and ptxbench's paged shapes make theirs from a batch, a mean length and a pattern"
-    )
+    tables = ["qo_indptr", "kv_indptr"] if d.tensor("qo_indptr") else ["kv_indptr"]
+    if axes["P"] != 1:  # a page of one token is full; longer pages need the last one's fill
+        tables.append("kv_last_page_len")
+    lacking = [name for name in tables if d.tensor(name) is None]
+    if lacking:
+        return f"gqa_paged definition {d.name!r} has no {lacking[0]} input: its sequences' lengths are not given"
+    if d.tensor("qo_indptr") is None:
+        return "gqa_paged_decode", axes
+    masks = [tag.split(":", 1)[1] for tag in d.tags if tag.startswith("mask:")]
+    mask = masks[0] if masks else "causal"  # flashinfer-bench's prefill definitions are causal
+    if mask not in MASKS:
+        return f"gqa_paged definition {d.name!r}: tag 'mask:{mask}' is none of {', '.join(MASKS)}"
+    return "gqa_paged_prefill", {**axes, "mask": mask}
+
+
+def int_tensor(root: Path, given: SafetensorsInput) -> list[int]:
+    """The integers of tensor `given.tensor_key` (int32 or int64, any shape, flattened) in the safetensors file
+    `given.path` under `root`; TraceFileError naming the file when it is missing or malformed."""
+    file = root / given.path
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise TraceFileError(f"{file}: cannot read {given.name}'s safetensors file: {exc.strerror}") from None
+    size = int.from_bytes(data[:8], "little") if len(data) >= 8 else -1
+    try:
+        header = json.loads(data[8 : 8 + size]) if 0 < size <= len(data) - 8 else None
+    except ValueError:
+        header = None
+    if not isinstance(header, dict):
+        raise TraceFileError(f"{file}: not a safetensors file (no JSON header after its 8-byte length)")
+    entry = header.get(given.tensor_key)
+    if not isinstance(entry, dict):
+        raise TraceFileError(
+            f"{file}: no tensor {given.tensor_key!r} (has {sorted(k for k in header if k[:2] != '__')})"
+        )
+    width = {"I32": 4, "I64": 8}.get(entry.get("dtype"))  # type: ignore[arg-type]
+    offsets = entry.get("data_offsets")
+    body = len(data) - 8 - size
+    if width is None:
+        raise TraceFileError(f"{file}: tensor {given.tensor_key!r} is {entry.get('dtype')}, expected I32 or I64")
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(_count(o) for o in offsets)
+        or not offsets[0] <= offsets[1] <= body
+        or (offsets[1] - offsets[0]) % width
+    ):
+        raise TraceFileError(f"{file}: tensor {given.tensor_key!r} has data_offsets {_shown(offsets)} outside its data")
+    raw = data[8 + size + offsets[0] : 8 + size + offsets[1]]
+    return [int.from_bytes(raw[i : i + width], "little", signed=True) for i in range(0, len(raw), width)]
+
+
+def safetensors_int32(tensors: Mapping[str, list[int]]) -> bytes:
+    """One-dimensional int32 tensors in the safetensors layout: the header's length (8 bytes, little-endian),
+    the JSON header (dtype, shape and byte range of each), padded with spaces to 8 bytes, then the data."""
+    header: dict[str, Any] = {}
+    data = b""
+    for name, values in tensors.items():
+        raw = b"".join(v.to_bytes(4, "little", signed=True) for v in values)
+        header[name] = {"dtype": "I32", "shape": [len(values)], "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + data
 
 
 # Reading
