@@ -6,8 +6,9 @@ table comes last.
 
   attention_fwd: O and LSE checked on small and ragged shapes for every D, causal and not; timed at
                  B4 H48 S4096 against cuDNN.
-  gemm:          every (N, K) pair of tasks/gemm.yaml at its largest M (or at each M given after the kernel),
-                 checked and timed against cuBLAS, the task's workspace handed over.
+  gemm:          every (N, K) pair of tasks/gemm.yaml at its largest M (or at each M given after the kernel;
+                 words there such as n128-k2048 keep only those tasks), checked and timed against cuBLAS, the
+                 task's workspace handed over.
 
 Usage (from the checkout on the GPU machine):
   PYTHONPATH=. python3 scripts/bench_reference.py FAMILY [KERNEL.cu [M ...]]
@@ -186,11 +187,14 @@ def gemm_call(lib: ctypes.CDLL, a: torch.Tensor, b: torch.Tensor, c: torch.Tenso
     )
 
 
-def gemm_table(lib: ctypes.CDLL, family: Family, ms: list[int]) -> tuple[list[str], list[str]]:
-    """Every (N, K) pair at each M: checked under the task's rule (the workspace handed over full of
-    0xFF, as garbage), then timed against cuBLAS. Returns the rows and the failures."""
+def gemm_table(lib: ctypes.CDLL, family: Family, ms: list[int], words: list[str]) -> tuple[list[str], list[str]]:
+    """Every (N, K) pair (or those whose task id holds one of `words`) at each M: checked under the task's
+    rule (the workspace handed over full of 0xFF, as garbage), then timed against cuBLAS. Returns the rows
+    and the failures."""
     rows, failures = [], []
     for task in family.tasks:
+        if words and not any(w in task.name for w in words):
+            continue
         n, k = int(task.axes["N"]), int(task.axes["K"])
         for m in ms:
             a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -222,8 +226,9 @@ if __name__ == "__main__":
     lib, _ = build(source, family)
     if name == "gemm":
         shown = sorted({int(shape.values["M"]) for shape in family.shapes("all")})
-        ms = [int(a) for a in sys.argv[3:]] or [shown[-1]]  # the largest M by default
-        rows, failures = gemm_table(lib, family, ms)
+        ms = [int(a) for a in sys.argv[3:] if a.isdigit()] or [shown[-1]]  # the largest M by default
+        words = [a for a in sys.argv[3:] if not a.isdigit()]  # task ids' parts (n128-k2048): only those tasks
+        rows, failures = gemm_table(lib, family, ms, words)
         print("\n== failures" if failures else "\n== all checks passed", *failures, sep="\n")
         print("task               shape    ours         cuBLAS       speedup  ours", *rows, sep="\n")
         sys.exit(1 if failures else 0)
