@@ -19,7 +19,11 @@ COUNTS = {
     "gqa_paged_decode": 4 * 7,
     "gqa_paged_prefill": 8 * 6,
 }
-SKIP_REASON = "passed: build, inspect (HGMMA.64x256x16.F32.BF16, UTMALDG.2D in gemm_bf16_tn_kernel); needs an sm_90 device (H100-class), found none"
+SKIP_REASON = (
+    "passed: build, inspect (HGMMA.64x256x16.F32.BF16, UTMALDG.2D in large::gemm_bf16_tn_kernel; "
+    "HGMMA.64x128x16.F32.BF16, UTMALDG.2D in smalln::gemm_smalln_kernel<1, 8>; "
+    "HGMMA.64x128x16.F32.BF16, UTMALDG.2D in smalln::gemm_smalln_kernel<2, 5>); needs an sm_90 device (H100-class), found none"
+)
 
 
 def _ids(result: pytest.RunResult) -> list[str]:

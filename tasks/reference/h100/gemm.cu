@@ -1,20 +1,36 @@
 // Reference Hopper (sm_90a) bf16 GEMM: C[M,N] = A[M,K] · B[N,K]^T, fp32 accumulation, bf16 output.
+// Two paths inside the one launcher, chosen from (M, N, K) and the SM count:
 //
-// Design
-//  * Persistent grid (one CTA per SM) walking 128x256 output tiles in grouped order (GROUP_M m-tiles
-//    per band) so that concurrently running CTAs share A and B panels in L2.
-//  * 384 threads = 3 warpgroups, warp-specialised:
-//      - warpgroup 0: producer. One thread issues TMA loads (128B-swizzled 64-wide K slices of A and B)
-//        into a 4-stage shared-memory ring; it gives its registers away (setmaxnreg.dec 40).
-//      - warpgroups 1, 2: consumers (setmaxnreg.inc 232). Each owns 64 rows x 256 cols of the tile and
-//        issues wgmma.m64n256k16 (A and B both K-major from shared memory via descriptors), fp32
-//        accumulators in 128 registers per thread.
-//  * Ring synchronisation with mbarriers: full[s] (producer arrive.expect_tx + TMA complete_tx) and
-//    empty[s] (one arrival per consumer warp once its wgmmas reading stage s have retired).
-//  * Ragged edges: TMA zero-fills out-of-bounds rows/columns of A and B; the epilogue converts to bf16
-//    and stores bf16x2 pairs straight from the accumulator registers with bounds checks on M and N.
-//  * Split-K when the tiles fill under half the SMs (small M or N): each work unit is a tile and a slice
-//    of K; units add fp32 partials into the workspace (zeroed first), and a last kernel rounds it to C.
+// Large-N path (N > 256): persistent 128x256 tiles in grouped order, 1 TMA producer + 2 consumer warpgroups,
+// wgmma.m64n256k16, a 4-stage mbarrier ring; split-K through the fp32 workspace when the tiles fill under half
+// the SMs (a zero kernel, atomics, a rounding kernel).
+//
+// Small-N path (N <= 256):
+//  * BN = 128 (wgmma.m64n128k16, 64 fp32 accumulators per thread). At N = 128 the large path's BN = 256 tile
+//    wastes half of every wgmma and half of the B traffic; at N = 256 two 128-wide n-tiles double the tile
+//    count, which is what the small-M shapes need anyway.
+//  * Two tile heights, both with a TMA producer warpgroup:
+//      cfg A: BM = 64,  1 consumer warpgroup, 256 threads, 8-stage ring of 24 KB;
+//      cfg B: BM = 128, 2 consumer warpgroups, 384 threads, 5-stage ring of 32 KB.
+//    The launcher picks the one a small cost model (clocks per k-step, DRAM floor, reduction and launch costs)
+//    prefers for (M, N, K, SM count): N = 128 mostly takes A (memory-bound, no reduction needed at M = 8192,
+//    128 tiles), N = 256 at M >= ~900 takes B (twice the work per B byte loaded, 128 tiles at M = 8192).
+//  * Split-K across the CTAs of a thread-block CLUSTER (cluster = the S <= 8 K-slices of one tile) with the
+//    reduction through distributed shared memory: each CTA writes its fp32 partial tile into its own shared
+//    memory (a separate 32/64 KB buffer, never the TMA ring, so no async-proxy fences are needed), then
+//    barrier.cluster.arrive.release / wait.acquire; every CTA sums one 1/S share of the tile's float4 chunks over
+//    all S CTAs' shared memory (mapa + ld.shared::cluster, fixed rank order: deterministic), rounds to bf16 into
+//    registers, passes a second (exit) cluster barrier so no CTA leaves while a peer still reads its shared
+//    memory, and only then stores C (so that barrier's release has no global stores to drain).
+//    Why not the zero/atomic/last-arriver scheme: it needs a memset node (the workspace is garbage on entry),
+//    counter space beyond 4*M*N, an inter-CTA release/acquire protocol on global memory, and M*N*S fp32 L2
+//    reductions; the cluster scheme is one kernel, no workspace, no memset, no global atomics, no inter-CTA
+//    spinning (a cluster is co-scheduled by hardware), no workspace-formula change. `workspace` is unused here.
+//  * Work split: if the tiles fill fewer CTAs than the GPU holds, S = the largest split (<= 8, >= 4 k-steps
+//    per slice) whose tiles x S CTAs fit in one wave (cudaOccupancyMaxActiveClusters); otherwise a persistent
+//    S = 1 kernel takes floor(tiles / SMs) * SMs tiles (every CTA the same count) and the ragged remainder of
+//    tiles is run by a second launch of the same kernel split S ways (e.g. M = 8828, N = 256: 132 + 6 tiles).
+//  * Ragged edges: TMA zero-fills out-of-bounds rows (M, N) and columns (K); stores check row < M, col < N.
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda.h>
@@ -22,18 +38,9 @@
 
 namespace {
 
-constexpr int BM = 128, BN = 256, BK = 64;      // CTA tile; BK * 2 bytes = 128 B = one swizzle row
-constexpr int STAGES = 4;
-constexpr int CONSUMERS = 2;                    // consumer warpgroups, BM / CONSUMERS = 64 rows each
-constexpr int THREADS = 128 * (1 + CONSUMERS);
-constexpr int GROUP_M = 16;                     // m-tiles per band of the tile order
-constexpr int MIN_K_ITERS = 4;                  // least k-steps per split-K slice
-constexpr int MAX_SPLITS = 16;
-constexpr uint32_t A_BYTES = BM * BK * 2;       // 16 KB per stage
-constexpr uint32_t B_BYTES = BN * BK * 2;       // 32 KB per stage
-constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;
-// 1 KB slack to align the ring to the 1024 B swizzle atom, the ring, then full/empty barriers.
-constexpr size_t SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8;
+// ------------------------------------------------------------------------------------------------------------
+// Shared device helpers
+// ------------------------------------------------------------------------------------------------------------
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
@@ -77,9 +84,10 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
 
 // Keeps the compiler from moving accumulator reads/writes across wgmma fences and waits.
-__device__ __forceinline__ void fence_acc(float (&d)[128]) {
+template <int R>
+__device__ __forceinline__ void fence_acc(float (&d)[R]) {
 #pragma unroll
-    for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
+    for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // D[64x256] (+)= A[64x16] · B[256x16]^T; scale_d = 0 overwrites D (first k-step of a tile).
@@ -114,6 +122,98 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t da, u
           "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
         : "l"(da), "l"(db), "r"(scale_d));
 }
+
+// D[64x128] (+)= A[64x16] · B[128x16]^T; scale_d = 0 overwrites D. 64 fp32 accumulators per thread:
+// d[4j + 2h + e] is row 16*warp + lane/4 + 8h, column 8j + 2*(lane%4) + e (j = 0..15).
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t da, uint64_t db, uint32_t scale_d) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, 0, 0;\n}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+
+// Cluster helpers (sm_90). In a launch without a cluster every CTA is a cluster of one.
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+__device__ __forceinline__ uint32_t cluster_id_x() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
+    return r;
+}
+
+// Cluster barrier, every thread of every CTA of the cluster arrives then waits. Not .aligned: callers diverge.
+// release/acquire: the shared-memory writes each thread made before arriving are visible to every thread of the
+// cluster after its wait (ptxas: MEMBAR.ALL.GPU before UCGABAR_ARV, CCTL.IVALL after UCGABAR_WAIT).
+__device__ __forceinline__ void cluster_sync_release_acquire() {
+    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
+// relaxed arrive: only execution is ordered (no membar). Used by the producer warpgroup, which publishes nothing
+// and reads no peer's shared memory; the consumers, which do, use the release/acquire form for both barriers.
+__device__ __forceinline__ void cluster_sync_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed;\n\tbarrier.cluster.wait;" ::: "memory");
+}
+
+// The shared::cluster address of the same offset in CTA `rank`'s shared memory.
+__device__ __forceinline__ uint32_t map_rank(uint32_t local, uint32_t rank) {
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(local), "r"(rank));
+    return r;
+}
+
+__device__ __forceinline__ float4 ld_cluster_f4(uint32_t addr) {
+    float4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
+    return v;
+}
+
+// Row-major [rows, K] bf16 matrix, box = box_rows x 64, 128B swizzle, out-of-bounds reads as zero.
+bool encode_kmajor(CUtensorMap* map, const void* ptr, int rows, int K, int box_rows) {
+    const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)K * sizeof(__nv_bfloat16)};
+    const cuuint32_t box[2] = {64u, (cuuint32_t)box_rows};
+    const cuuint32_t elem_strides[2] = {1, 1};
+    return cuTensorMapEncodeTiled(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(ptr), dims, strides,
+                                  box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Large-N path: the persistent 128x256 kernel
+// ------------------------------------------------------------------------------------------------------------
+namespace large {
+
+constexpr int BM = 128, BN = 256, BK = 64;      // CTA tile; BK * 2 bytes = 128 B = one swizzle row
+constexpr int STAGES = 4;
+constexpr int CONSUMERS = 2;                    // consumer warpgroups, BM / CONSUMERS = 64 rows each
+constexpr int THREADS = 128 * (1 + CONSUMERS);
+constexpr int GROUP_M = 16;                     // m-tiles per band of the tile order
+constexpr int MIN_K_ITERS = 4;                  // least k-steps per split-K slice
+constexpr int MAX_SPLITS = 16;
+constexpr uint32_t A_BYTES = BM * BK * 2;       // 16 KB per stage
+constexpr uint32_t B_BYTES = BN * BK * 2;       // 32 KB per stage
+constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;
+// 1 KB slack to align the ring to the 1024 B swizzle atom, the ring, then full/empty barriers.
+constexpr size_t SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8;
 
 // Grouped tile order: bands of GROUP_M m-tiles, m fastest inside a band.
 __device__ __forceinline__ void tile_origin(int t, int num_m, int num_n, int& m0, int& n0) {
@@ -243,28 +343,9 @@ __global__ void round_partial(const float2* __restrict__ partial, __nv_bfloat162
     }
 }
 
-// Row-major [rows, K] bf16 matrix, box = box_rows x BK, 128B swizzle, out-of-bounds reads as zero.
-bool encode_kmajor(CUtensorMap* map, const void* ptr, int rows, int K, int box_rows) {
-    const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows};
-    const cuuint64_t strides[1] = {(cuuint64_t)K * sizeof(__nv_bfloat16)};
-    const cuuint32_t box[2] = {(cuuint32_t)BK, (cuuint32_t)box_rows};
-    const cuuint32_t elem_strides[2] = {1, 1};
-    return cuTensorMapEncodeTiled(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(ptr), dims, strides,
-                                  box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-}  // namespace
-
-extern "C" cudaError_t ptxbench_gemm(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N,
-                                     int K, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-    // TMA needs 16 B aligned bases and row strides (K % 8); bf16x2 stores need N even and C 4 B aligned.
-    if (M <= 0 || N <= 0 || K <= 0 || N % 8 != 0 || K % 8 != 0 || !A || !B || !C ||
-        (reinterpret_cast<uintptr_t>(A) & 15) || (reinterpret_cast<uintptr_t>(B) & 15) ||
-        (reinterpret_cast<uintptr_t>(C) & 3))
-        return cudaErrorInvalidValue;
-
+// The large-N launch, after the argument checks.
+cudaError_t launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K,
+                   void* workspace, size_t workspace_bytes, cudaStream_t stream) {
     CUtensorMap tmap_a, tmap_b;
     if (!encode_kmajor(&tmap_a, A, M, K, BM) || !encode_kmajor(&tmap_b, B, N, K, BN))
         return cudaErrorInvalidValue;
@@ -302,4 +383,392 @@ extern "C" cudaError_t ptxbench_gemm(const __nv_bfloat16* A, const __nv_bfloat16
     round_partial<<<2 * sms, 256, 0, stream>>>(reinterpret_cast<const float2*>(partial),
                                                reinterpret_cast<__nv_bfloat162*>(C), elements / 2);
     return cudaGetLastError();
+}
+
+}  // namespace large
+
+// ------------------------------------------------------------------------------------------------------------
+// Small-N path (N <= 256): BN = 128 tiles, cluster split-K reduced through distributed shared memory
+// ------------------------------------------------------------------------------------------------------------
+namespace smalln {
+
+constexpr int BN = 128, BK = 64;       // BK * 2 bytes = 128 B = one swizzle row
+constexpr int MAX_SPLITS = 8;          // portable cluster size
+constexpr int MIN_K_ITERS = 4;         // least k-steps per split-K slice
+constexpr int MIN_TAIL_K_ITERS = 16;   // a ragged last wave is split only when a tile is at least this long
+constexpr size_t SMEM_LIMIT = 232448;  // 227 KB per block on sm_90
+
+template <int CW, int STAGES>
+struct Cfg {
+    static constexpr int BM = 64 * CW;                       // CW consumer warpgroups of 64 rows each
+    static constexpr int THREADS = 128 * (1 + CW);
+    static constexpr uint32_t A_BYTES = BM * BK * 2;         // one stage of A: BM rows x 128 B
+    static constexpr uint32_t B_BYTES = BN * BK * 2;         // one stage of B: 128 rows x 128 B
+    static constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;
+    static constexpr uint32_t RING_BYTES = STAGES * STAGE_BYTES;
+    static constexpr uint32_t BAR_BYTES = 128;               // full[STAGES], empty[STAGES], 16 B aligned end
+    static constexpr uint32_t PARTIAL_BYTES = BM * BN * 4;   // fp32 partial tile for the cluster reduction
+    // 1 KB slack to align the ring to the 1024 B swizzle atom, the ring, the barriers, the partial tile.
+    static constexpr size_t SMEM_BYTES = 1024 + RING_BYTES + BAR_BYTES + PARTIAL_BYTES;
+    static_assert(2 * STAGES * 8 <= (int)BAR_BYTES, "barriers overflow their area");
+    static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stages must keep 1024 B alignment");
+    static_assert(SMEM_BYTES <= SMEM_LIMIT, "shared memory over 227 KB");
+};
+
+// Partial tile layout: element (r, c) of the BM x 128 fp32 tile at r * 128 + (c ^ ((r & 7) << 3)). The XOR
+// (bits 3..5 of the column) spreads the 8 rows a warp's float2 store touches over all banks, and keeps every
+// aligned group of 4 columns contiguous and 16 B aligned for the float4 reads.
+__device__ __forceinline__ int partial_index(int r, int c) { return r * BN + (c ^ ((r & 7) << 3)); }
+
+// Kernel over tiles [tile_begin, tile_begin + num_tiles) of the grid of BM x 128 tiles (n fastest).
+// splits == 1: ordinary launch, persistent: CTA b takes tiles b, b + gridDim.x, ... over all of K.
+// splits  > 1: cluster launch of (splits, 1, 1), gridDim.x == num_tiles * splits: cluster c takes tile c,
+//              its CTA of rank r the k-steps [r * k_iters / splits, (r + 1) * k_iters / splits).
+template <int CW, int STAGES>
+__global__ void __launch_bounds__(Cfg<CW, STAGES>::THREADS, 1)
+gemm_smalln_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+                   __nv_bfloat16* __restrict__ C, int M, int N, int K, int tile_begin, int num_tiles, int splits) {
+    using G = Cfg<CW, STAGES>;
+    constexpr int BM = G::BM;
+    extern __shared__ uint8_t smem_raw[];
+    const uint32_t smem_base = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    const uint32_t ring = (smem_base + 1023u) & ~1023u;
+    const uint32_t smem_a = ring;                              // STAGES x [BM rows x 128 B]
+    const uint32_t smem_b = ring + STAGES * G::A_BYTES;        // STAGES x [128 rows x 128 B]
+    const uint32_t full_bar = smem_b + STAGES * G::B_BYTES;    // STAGES x 8 B
+    const uint32_t empty_bar = full_bar + STAGES * 8;          // STAGES x 8 B
+    const uint32_t partial_s = ring + G::RING_BYTES + G::BAR_BYTES;   // 16 B aligned
+    float* const partial = reinterpret_cast<float*>(smem_raw + (partial_s - smem_base));
+
+    const int num_n = (N + BN - 1) / BN;
+    const int k_iters = (K + BK - 1) / BK;
+    const bool split = splits > 1;
+    const int rank = split ? (int)cluster_ctarank() : 0;
+    const int first = split ? (int)cluster_id_x() : (int)blockIdx.x;
+    const int stride = split ? num_tiles : (int)gridDim.x;    // split: exactly one tile per CTA
+    const int k_begin = rank * k_iters / splits, k_end = (rank + 1) * k_iters / splits;
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_a)) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_b)) : "memory");
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(full_bar + 8 * s, 1);
+            mbar_init(empty_bar + 8 * s, CW * 4);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        // ---------------- producer warpgroup ----------------
+        // With one consumer warpgroup the whole register file is there for the taking (256 threads): no
+        // reallocation. With two, the producer hands its registers to the consumers, as in the large-N kernel.
+        if constexpr (CW > 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (threadIdx.x == 0) {
+            int s = 0;
+            uint32_t phase = 0;
+            for (int t = first; t < num_tiles; t += stride) {
+                const int tile = tile_begin + t;
+                const int m0 = (tile / num_n) * BM, n0 = (tile % num_n) * BN;
+                for (int k = k_begin; k < k_end; ++k) {
+                    mbar_wait(empty_bar + 8 * s, phase ^ 1);   // fresh barriers pass parity 1 at once
+                    mbar_arrive_expect_tx(full_bar + 8 * s, G::STAGE_BYTES);
+                    tma_load_2d(smem_a + s * G::A_BYTES, &tmap_a, full_bar + 8 * s, k * BK, m0);
+                    tma_load_2d(smem_b + s * G::B_BYTES, &tmap_b, full_bar + 8 * s, k * BK, n0);
+                    if (++s == STAGES) { s = 0; phase ^= 1; }
+                }
+            }
+        }
+        if (split) {        // the producer warpgroup takes part in both cluster barriers of the reduction
+            cluster_sync_relaxed();   // it publishes nothing: relaxed arrives are enough on its side
+            cluster_sync_relaxed();
+        }
+    } else {
+        // ---------------- consumer warpgroups ----------------
+        if constexpr (CW > 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        const int cw = wg - 1;                              // rows [64*cw, 64*cw+64) of the tile
+        const int warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
+        float acc[64];
+        int s = 0;
+        uint32_t phase = 0;
+        int m0 = 0, n0 = 0;
+        for (int t = first; t < num_tiles; t += stride) {
+            const int tile = tile_begin + t;
+            m0 = (tile / num_n) * BM;
+            n0 = (tile % num_n) * BN;
+            if (k_end > k_begin) {
+                int prev = 0;
+                for (int k = k_begin; k < k_end; ++k) {
+                    mbar_wait(full_bar + 8 * s, phase);
+                    const uint64_t da = smem_desc(smem_a + s * G::A_BYTES + cw * 64 * 128);
+                    const uint64_t db = smem_desc(smem_b + s * G::B_BYTES);
+                    wgmma_fence();
+#pragma unroll
+                    for (int kk = 0; kk < BK / 16; ++kk)    // +32 B along K = +2 in the descriptor
+                        wgmma_m64n128k16(acc, da + 2 * kk, db + 2 * kk, (k > k_begin || kk > 0) ? 1u : 0u);
+                    wgmma_commit();
+                    // Keep one k-step in flight; the previous one has now retired, so free its stage.
+                    wgmma_wait<1>();
+                    fence_acc(acc);
+                    if (k > k_begin && lane == 0) mbar_arrive(empty_bar + 8 * prev);
+                    prev = s;
+                    if (++s == STAGES) { s = 0; phase ^= 1; }
+                }
+                wgmma_wait<0>();
+                fence_acc(acc);
+                if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 64; ++i) acc[i] = 0.f;  // an empty K slice adds nothing
+            }
+
+            const int lrow = cw * 64 + warp * 16 + lane / 4;   // tile-local row of d[4j + 0..1]
+            const int lcol = 2 * (lane & 3);                   // tile-local column of d[4j + 0] for j = 0
+            if (!split) {
+                // Direct epilogue: bf16 pairs straight from the accumulators, bounds-checked.
+#pragma unroll
+                for (int j = 0; j < BN / 8; ++j) {
+                    const int col = n0 + lcol + 8 * j;
+                    if (col < N) {                           // N even, col even: col + 1 < N too
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            const int r = m0 + lrow + 8 * h;
+                            if (r < M)
+                                *reinterpret_cast<__nv_bfloat162*>(C + (size_t)r * N + col) =
+                                    __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+                        }
+                    }
+                }
+            } else {
+                // Partial tile into this CTA's shared memory (the whole tile; edges are cut at the store).
+#pragma unroll
+                for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int r = lrow + 8 * h;
+                        *reinterpret_cast<float2*>(partial + partial_index(r, lcol + 8 * j)) =
+                            make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+                    }
+                }
+            }
+        }
+
+        if (split) {
+            cluster_sync_release_acquire();   // every CTA's partial tile is complete and visible cluster-wide
+            // This CTA sums the float4 chunks [rank * total / splits, (rank + 1) * total / splits) of the tile
+            // (chunk c: row c / 32, columns 4 * (c % 32) .. + 3) over the partials of ranks 0..splits-1, in rank
+            // order (deterministic), and keeps the bf16 results in registers: C is stored only after the exit
+            // barrier, so that barrier's release has no global stores to wait for.
+            constexpr int total = BM * BN / 4;
+            constexpr int CT = 128 * CW;                    // consumer threads
+            constexpr int ITERS = (total / 2 + CT - 1) / CT;  // splits >= 2: at most total / 2 chunks per rank
+            static_assert(ITERS == 8, "chunk count per consumer thread");
+            const int c_begin = rank * total / splits, c_end = (rank + 1) * total / splits;
+            const int ct = (int)threadIdx.x - 128;
+            uint32_t src[MAX_SPLITS];
+#pragma unroll
+            for (int q = 0; q < MAX_SPLITS; ++q) src[q] = q < splits ? map_rank(partial_s, (uint32_t)q) : 0u;
+            uint2 packed[ITERS];
+#pragma unroll
+            for (int i = 0; i < ITERS; ++i) {
+                const int c = c_begin + ct + i * CT;
+                packed[i] = make_uint2(0u, 0u);
+                if (c < c_end) {
+                    const int r = c >> 5, col = (c & 31) * 4;
+                    const uint32_t off = (uint32_t)partial_index(r, col) * 4u;
+                    float4 v[MAX_SPLITS];
+#pragma unroll
+                    for (int q = 0; q < MAX_SPLITS; ++q)
+                        if (q < splits) v[q] = ld_cluster_f4(src[q] + off);
+                    float4 sum = v[0];
+#pragma unroll
+                    for (int q = 1; q < MAX_SPLITS; ++q)
+                        if (q < splits) { sum.x += v[q].x; sum.y += v[q].y; sum.z += v[q].z; sum.w += v[q].w; }
+                    const __nv_bfloat162 lo = __floats2bfloat162_rn(sum.x, sum.y);
+                    const __nv_bfloat162 hi = __floats2bfloat162_rn(sum.z, sum.w);
+                    packed[i] = make_uint2(*reinterpret_cast<const uint32_t*>(&lo),
+                                           *reinterpret_cast<const uint32_t*>(&hi));
+                }
+            }
+            // Exit barrier: no CTA leaves while a peer may still read its shared memory (release: this thread's
+            // DSMEM loads are ordered before its arrival).
+            cluster_sync_release_acquire();
+#pragma unroll
+            for (int i = 0; i < ITERS; ++i) {
+                const int c = c_begin + ct + i * CT;
+                const int gr = m0 + (c >> 5), gc = n0 + (c & 31) * 4;
+                if (c < c_end && gr < M && gc < N) {        // N % 8 == 0 and gc % 4 == 0: gc + 3 < N too
+                    uint32_t* dst = reinterpret_cast<uint32_t*>(C + (size_t)gr * N + gc);   // 4 B aligned
+                    dst[0] = packed[i].x;
+                    dst[1] = packed[i].y;
+                }
+            }
+        }
+    }
+}
+
+// ---------------- host side ----------------
+
+// Rough cost model, in SM clocks (tunable guesses, see the header): one k-step of a tile, the cluster
+// reduction, one extra launch, and DRAM bytes per clock of the whole GPU.
+constexpr double STEP_CLK_A = 384.0;     // 64x128x64: 256 clk of tensor work, bound by 24 KB of operands
+constexpr double STEP_CLK_B = 560.0;     // 128x128x64: 512 clk of tensor work, 32 KB of operands
+constexpr double RED_CLK_A = 1000.0;
+constexpr double RED_CLK_B = 1600.0;
+constexpr double LAUNCH_CLK = 2000.0;
+constexpr double DRAM_BYTES_PER_CLK = 2000.0;
+constexpr int MAX_DEVICES = 64;
+
+struct Plan {
+    int head_tiles = 0;     // tiles [0, head_tiles) by the first launch
+    int head_splits = 1;    // its split (1: persistent over head_grid CTAs)
+    int head_grid = 0;
+    int tail_tiles = 0;     // tiles [head_tiles, head_tiles + tail_tiles) by a second launch, split tail_splits
+    int tail_splits = 1;
+    double cost = 1e300;
+};
+
+template <int CW, int STAGES>
+struct Path {
+    using G = Cfg<CW, STAGES>;
+
+    static void* kernel() { return reinterpret_cast<void*>(gemm_smalln_kernel<CW, STAGES>); }
+
+    // Clusters of `s` CTAs resident at once (s = 1: the SM count), cached per device; a failed query is
+    // replaced by sms / s (the hardware then runs any excess in a later wave: slower, never wrong).
+    static int capacity(int dev, int sms, int s) {
+        static int cache[MAX_DEVICES][MAX_SPLITS + 1] = {};
+        if (s <= 1) return sms;
+        int* slot = (dev >= 0 && dev < MAX_DEVICES) ? &cache[dev][s] : nullptr;
+        if (slot && *slot > 0) return *slot;
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3((unsigned)s, 1, 1);
+        config.blockDim = dim3(G::THREADS, 1, 1);
+        config.dynamicSmemBytes = G::SMEM_BYTES;
+        cudaLaunchAttribute attribute[1];
+        attribute[0].id = cudaLaunchAttributeClusterDimension;
+        attribute[0].val.clusterDim.x = (unsigned)s;
+        attribute[0].val.clusterDim.y = 1;
+        attribute[0].val.clusterDim.z = 1;
+        config.attrs = attribute;
+        config.numAttrs = 1;
+        int clusters = 0;
+        if (cudaOccupancyMaxActiveClusters(&clusters, gemm_smalln_kernel<CW, STAGES>, &config) != cudaSuccess ||
+            clusters <= 0) {
+            cudaGetLastError();                               // clear the failed query's error
+            clusters = sms / s;
+        }
+        if (clusters < 1) clusters = 1;
+        if (slot) *slot = clusters;
+        return clusters;
+    }
+
+    // The largest split in [1, most] whose `tiles` clusters all fit at once (1 if none bigger does).
+    static int fit_split(int dev, int sms, int tiles, int most) {
+        for (int s = most; s >= 2; --s)
+            if ((long long)tiles * s <= sms && tiles <= capacity(dev, sms, s)) return s;
+        return 1;
+    }
+
+    static Plan plan(int dev, int sms, int M, int N, int K, double step, double red) {
+        Plan p;
+        const int tiles = ((M + G::BM - 1) / G::BM) * ((N + BN - 1) / BN);
+        const int k_iters = (K + BK - 1) / BK;
+        int most = k_iters / MIN_K_ITERS;
+        if (most > MAX_SPLITS) most = MAX_SPLITS;
+        if (most < 1) most = 1;
+        const double dram = 2.0 * ((double)M * K + (double)N * K + (double)M * N) / DRAM_BYTES_PER_CLK;
+        double cost;
+        if (tiles < sms) {
+            p.head_tiles = tiles;
+            p.head_splits = fit_split(dev, sms, tiles, most);
+            p.head_grid = p.head_splits > 1 ? tiles * p.head_splits : tiles;
+            cost = ((k_iters + p.head_splits - 1) / p.head_splits) * step + (p.head_splits > 1 ? red : 0.0);
+        } else {
+            const int waves = tiles / sms, rem = tiles % sms;
+            p.head_grid = sms;
+            const int ts = (rem > 0 && k_iters >= MIN_TAIL_K_ITERS) ? fit_split(dev, sms, rem, most) : 1;
+            if (ts > 1) {
+                p.head_tiles = waves * sms;
+                p.tail_tiles = rem;
+                p.tail_splits = ts;
+                cost = waves * k_iters * step + ((k_iters + ts - 1) / ts) * step + red + LAUNCH_CLK;
+            } else {
+                p.head_tiles = tiles;
+                cost = (waves + (rem > 0 ? 1 : 0)) * k_iters * step;
+            }
+        }
+        p.cost = cost > dram ? cost : dram;
+        return p;
+    }
+
+    static cudaError_t launch_one(const CUtensorMap& ta, const CUtensorMap& tb, __nv_bfloat16* C, int M, int N,
+                                  int K, int tile_begin, int tiles, int splits, int grid, cudaStream_t stream) {
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3((unsigned)grid, 1, 1);
+        config.blockDim = dim3(G::THREADS, 1, 1);
+        config.dynamicSmemBytes = G::SMEM_BYTES;
+        config.stream = stream;
+        cudaLaunchAttribute attribute[1];
+        if (splits > 1) {
+            attribute[0].id = cudaLaunchAttributeClusterDimension;
+            attribute[0].val.clusterDim.x = (unsigned)splits;
+            attribute[0].val.clusterDim.y = 1;
+            attribute[0].val.clusterDim.z = 1;
+            config.attrs = attribute;
+            config.numAttrs = 1;
+        }
+        return cudaLaunchKernelEx(&config, gemm_smalln_kernel<CW, STAGES>, ta, tb, C, M, N, K, tile_begin, tiles,
+                                  splits);
+    }
+
+    static cudaError_t run(const Plan& p, const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M,
+                           int N, int K, cudaStream_t stream) {
+        CUtensorMap ta, tb;
+        if (!encode_kmajor(&ta, A, M, K, G::BM) || !encode_kmajor(&tb, B, N, K, BN)) return cudaErrorInvalidValue;
+        cudaError_t err = launch_one(ta, tb, C, M, N, K, 0, p.head_tiles, p.head_splits, p.head_grid, stream);
+        if (err != cudaSuccess || p.tail_tiles == 0) return err;
+        return launch_one(ta, tb, C, M, N, K, p.head_tiles, p.tail_tiles, p.tail_splits,
+                          p.tail_tiles * p.tail_splits, stream);
+    }
+};
+
+using PathA = Path<1, 8>;   // BM = 64,  8 stages: 1 KB + 192 KB ring + 128 B + 32 KB partial = 230,528 B
+using PathB = Path<2, 5>;   // BM = 128, 5 stages: 1 KB + 160 KB ring + 128 B + 64 KB partial = 230,528 B
+
+cudaError_t launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K,
+                   cudaStream_t stream) {
+    int dev = 0, sms = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err != cudaSuccess) return err;
+    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (err != cudaSuccess) return err;
+    if (sms < 1) sms = 1;
+    err = cudaFuncSetAttribute(PathA::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)PathA::G::SMEM_BYTES);
+    if (err != cudaSuccess) return err;
+    err = cudaFuncSetAttribute(PathB::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)PathB::G::SMEM_BYTES);
+    if (err != cudaSuccess) return err;
+
+    const Plan a = PathA::plan(dev, sms, M, N, K, STEP_CLK_A, RED_CLK_A);
+    const Plan b = PathB::plan(dev, sms, M, N, K, STEP_CLK_B, RED_CLK_B);
+    if (b.cost < a.cost) return PathB::run(b, A, B, C, M, N, K, stream);
+    return PathA::run(a, A, B, C, M, N, K, stream);
+}
+
+}  // namespace smalln
+
+}  // namespace
+
+extern "C" cudaError_t ptxbench_gemm(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N,
+                                     int K, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+    // TMA needs 16 B aligned bases and row strides (K % 8); bf16x2 stores need N even and C 4 B aligned.
+    if (M <= 0 || N <= 0 || K <= 0 || N % 8 != 0 || K % 8 != 0 || !A || !B || !C ||
+        (reinterpret_cast<uintptr_t>(A) & 15) || (reinterpret_cast<uintptr_t>(B) & 15) ||
+        (reinterpret_cast<uintptr_t>(C) & 3))
+        return cudaErrorInvalidValue;
+    if (N <= 256) return smalln::launch(A, B, C, M, N, K, stream);
+    return large::launch(A, B, C, M, N, K, workspace, workspace_bytes, stream);
 }
