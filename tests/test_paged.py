@@ -173,6 +173,49 @@ def test_prefill_flops_count_the_pairs_each_mask_attends() -> None:
     ]
 
 
+def test_given_lengths_are_checked() -> None:
+    """`given:` lengths (a FlashInfer-Trace workload's) are the shape's own: counted, bounded, one per sequence."""
+    assert paged.lengths(3, 10, "given:5,1,20") == [5, 1, 20]
+    assert paged.decode_counts({"B": 3, "L": 10, "lens": "given:5,1,20"}) == {"TOKENS": 26}
+    values = {"B": 2, "Q": 3, "L": 7, "lens": "given:2/4,3/9", "mask": "causal", "P": 1}
+    assert paged.query_lengths(values) == ([2, 3], [4, 9])
+    assert paged.prefill_counts(values) == {"PAIRS": (8 - 1) + (27 - 3), "ROWS": 5, "TOKENS": 13}
+    assert paged.given([(2, 4), (3, 9)]) == "given:2/4,3/9" and paged.given([5, 1, 20]) == "given:5,1,20"
+    for batch, lens, why in [
+        (3, "given:5,1", "lens 'given:5,1' gives 2 sequences, B is 3"),
+        (3, "given:5,0,1", "lens 'given:5,0,1' is not 'given:' and one N (each at least 1) per sequence"),
+        (3, "given:5,1,30", "lens 'given:5,1,30' holds 36 tokens, more than B·L = 30"),
+        (3, "given:5,1/2,3", "is not 'given:' and one N (each at least 1)"),
+    ]:
+        with pytest.raises(ValueError) as refused:
+            paged.lengths(batch, 10, lens)
+        assert why in str(refused.value)
+    with pytest.raises(ValueError, match="adds more tokens to a sequence than it holds"):
+        paged.query_lengths({**values, "lens": "given:5/4,3/9"})
+    with pytest.raises(ValueError, match=r"holds 7 tokens, more than B·Q = 6"):
+        paged.query_lengths({**values, "lens": "given:4/4,3/9"})
+
+
+def test_a_shape_may_give_its_lengths_and_its_id_shows_a_digest(tmp_path: Path) -> None:
+    data = dict(yaml.safe_load(DECODE.read_text()))
+    data["shapes"]["hidden"].append({"B": 3, "L": 10, "lens": "given:5,1,20"})
+    data["shapes"]["hidden"].append({"B": 3, "L": 10, "lens": "given:5,1,21"})
+    target = tmp_path / DECODE.name
+    target.write_text(yaml.safe_dump(data))
+    family = load_family(target)
+    ids = [s.id for s in family.shapes("hidden")[-2:]]
+    assert all(i.startswith("b3-l10-given") and len(i) == len("b3-l10-given") + 8 for i in ids)
+    assert ids[0] != ids[1]  # the digest tells the lengths apart
+    data["shapes"]["hidden"][-1] = {"B": 3, "L": 10, "lens": "given:5,1,31"}
+    target.write_text(yaml.safe_dump(data))
+    with pytest.raises(TaskFileError, match="holds 37 tokens, more than B·L = 30"):
+        load_family(target)
+    data["shapes"]["hidden"][-1] = {"B": 3, "L": 10, "lens": "given:5;1"}
+    target.write_text(yaml.safe_dump(data))
+    with pytest.raises(TaskFileError, match=r"shapes.hidden\[\d\].lens: not a word: 'given:5;1'"):
+        load_family(target)
+
+
 BROKEN_COUNTS = [
     (lambda d: d["counts"].update(names=["B"]), "counts.names[0]: not a name apart from the axes"),
     (lambda d: d["counts"].update(names=[]), "counts.names: expected names, each once"),
