@@ -12,6 +12,7 @@ data no sequence attends to.
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Mapping
 from typing import Any
@@ -158,3 +159,33 @@ def _pages(per_sequence: list[int], batch: int, mean: int, page: int, seed: int)
     last = [length - (n - 1) * page for length, n in zip(per_sequence, used, strict=True)]
     indices = order[: indptr[-1]] + [0] * (count - indptr[-1])
     return {"kv_indptr": indptr, "kv_indices": indices, "kv_last_page_len": last}
+
+
+def shape_of(tables: Mapping[str, list[int]], page: int) -> dict[str, int | str]:
+    """The shape whose sequences these page tables hold (a FlashInfer-Trace workload's): B, the mean lengths
+    rounded up and the `given:` lengths; a prefill's when `qo_indptr` is among them. `kv_last_page_len` may be
+    left out for pages of one token. ValueError saying what does not fit."""
+    indptr = tables["kv_indptr"]
+    pages_of = [b - a for a, b in itertools.pairwise(indptr)]
+    last = tables.get("kv_last_page_len", [1] * len(pages_of))
+    if not pages_of or len(last) != len(pages_of) or min(pages_of) < 1 or not all(1 <= n <= page for n in last):
+        raise ValueError(
+            f"kv_indptr {_head(indptr)} and kv_last_page_len {_head(last)} give no sequences of at least one page"
+            f" whose last page holds 1..{page} tokens"
+        )
+    totals = [(n - 1) * page + n_last for n, n_last in zip(pages_of, last, strict=True)]
+    batch = len(totals)
+    if "qo_indptr" not in tables:
+        return {"B": batch, "L": -(-sum(totals) // batch), "lens": given(totals)}
+    starts = tables["qo_indptr"]
+    queries = [b - a for a, b in itertools.pairwise(starts)]
+    if len(queries) != batch or min(queries) < 1 or any(q > n for q, n in zip(queries, totals, strict=True)):
+        raise ValueError(
+            f"qo_indptr {_head(starts)} does not give each of {batch} sequences 1 to its length new tokens"
+        )
+    rows = list(zip(queries, totals, strict=True))
+    return {"B": batch, "Q": -(-sum(queries) // batch), "L": -(-sum(totals) // batch), "lens": given(rows)}
+
+
+def _head(numbers: list[int]) -> str:
+    return str(numbers) if len(numbers) <= 6 else f"[{', '.join(map(str, numbers[:5]))}, ... ({len(numbers)})]"

@@ -196,6 +196,24 @@ def test_given_lengths_are_checked() -> None:
         paged.query_lengths({**values, "lens": "given:4/4,3/9"})
 
 
+@pytest.mark.parametrize("page", [1, 64])
+def test_page_tables_read_back_as_the_shape_of_their_sequences(page: int) -> None:
+    """`shape_of` inverts `tables`: the same sequences, whatever pages hold them."""
+    decode = {"B": 32, "L": 2048, "P": page, "lens": "ragged"}
+    tables = paged.tables(decode, seed=3)
+    if page == 1:
+        del tables["kv_last_page_len"]  # a page of one token is full: the fill may be left out
+    shape = paged.shape_of(tables, page)
+    assert shape == {"B": 32, "L": 2048, "lens": paged.given(paged.lengths(32, 2048, "ragged"))}
+    assert paged.tables({**shape, "P": page}, seed=4)["kv_indptr"] == tables["kv_indptr"]
+    prefill = {"B": 7, "Q": 300, "L": 1000, "P": page, "lens": "skewed", "mask": "full"}
+    queries, totals = paged.query_lengths(prefill)
+    made = paged.shape_of(paged.prefill_tables(prefill, seed=3), page)
+    assert made == {"B": 7, "Q": 300, "L": 1000, "lens": paged.given(list(zip(queries, totals, strict=True)))}
+    with pytest.raises(ValueError, match="does not give each of 2 sequences 1 to its length new tokens"):
+        paged.shape_of({"kv_indptr": [0, 2, 4], "kv_last_page_len": [1, 1], "qo_indptr": [0, 200, 201]}, page)
+
+
 def test_a_shape_may_give_its_lengths_and_its_id_shows_a_digest(tmp_path: Path) -> None:
     data = dict(yaml.safe_load(DECODE.read_text()))
     data["shapes"]["hidden"].append({"B": 3, "L": 10, "lens": "given:5,1,20"})

@@ -11,7 +11,6 @@ scalar specs and its page order are not used.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import replace
 from typing import Any
 
@@ -87,28 +86,10 @@ def workload_shape(family: Family, task: Task, workload: Workload, tree: Tree) -
             raise TraceFileError(f"{where}: field 'workload.inputs.{name}': the page tables must come from a blob")
         return int_tensor(tree.root, blobs[name])
 
+    names = ["kv_indptr", "qo_indptr"] if "Q" in family.shape_axes else ["kv_indptr"]
     page = int(task.axes["P"])
-    indptr = table("kv_indptr")
-    last = table("kv_last_page_len") if page != 1 else [1] * (len(indptr) - 1)
-    counts = [b - a for a, b in itertools.pairwise(indptr)]
-    if not counts or len(last) != len(counts) or min(counts) < 1 or not all(1 <= n <= page for n in last):
-        raise TraceFileError(
-            f"{where}: kv_indptr {_head(indptr)} and kv_last_page_len {_head(last)} give no sequences of at least"
-            f" one page whose last page holds 1..{page} tokens"
-        )
-    lengths = [(n - 1) * page + n_last for n, n_last in zip(counts, last, strict=True)]
-    batch = len(lengths)
-    if "Q" not in family.shape_axes:
-        return {"B": batch, "L": -(-sum(lengths) // batch), "lens": paged.given(lengths)}
-    starts = table("qo_indptr")
-    queries = [b - a for a, b in itertools.pairwise(starts)]
-    if len(queries) != batch or min(queries) < 1 or any(q > n for q, n in zip(queries, lengths, strict=True)):
-        raise TraceFileError(
-            f"{where}: qo_indptr {_head(starts)} does not give each of {batch} sequences 1 to its length new tokens"
-        )
-    pairs = list(zip(queries, lengths, strict=True))
-    return {"B": batch, "Q": -(-sum(queries) // batch), "L": -(-sum(lengths) // batch), "lens": paged.given(pairs)}
-
-
-def _head(numbers: list[int]) -> str:
-    return str(numbers) if len(numbers) <= 6 else f"[{', '.join(map(str, numbers[:5]))}, ... ({len(numbers)})]"
+    names += ["kv_last_page_len"] if page != 1 else []
+    try:
+        return paged.shape_of({name: table(name) for name in names}, page)
+    except ValueError as exc:
+        raise TraceFileError(f"{where}: {exc}") from None
