@@ -3,17 +3,32 @@
 // NOT RUN ON HARDWARE: built and disassembled only (no B200 was available). The bit layouts it relies on
 // are spelled out next to the code that builds them.
 //
-// Structure (one 128 x BN output tile per CTA, BN = 256 or 128, K-block 64):
+// Structure (one 128 x BN output tile per CTA, or one K-slice of it, BN = 256 or 128, K-block 64):
 //   warp 4, lane 0 : TMA producer. A tile [128 x 64] and B tile [BN x 64], 128B-swizzled, into a ring of
 //                    STAGES shared-memory stages; each stage completes on its full barrier (expect_tx).
 //   warp 5, lane 0 : MMA issuer. Waits for a full stage, issues 4 x tcgen05.mma (128 x BN x 16) into the
 //                    fp32 accumulator in Tensor Memory, then tcgen05.commit -> the stage's empty barrier.
 //                    After the last K-block, tcgen05.commit -> accum barrier.
-//                    Warp 5 also allocates/deallocates the BN TMEM columns.
+//                    Warp 5 also allocates/deallocates the BN TMEM columns (per CTA, in every launch).
 //   warps 0-3      : epilogue. Warp w may only touch TMEM lanes 32w..32w+31 (= tile rows), so thread
 //                    (w, lane) owns row 32w+lane: tcgen05.ld 32x32b.x32 (32 fp32 columns), convert to bf16,
-//                    16-byte stores masked on M and N.
+//                    16-byte stores masked on M and N (split launches: see below, 8-byte stores).
 // Out-of-bounds rows/columns of A and B (ragged M, K not a multiple of 64) are zero-filled by TMA.
+//
+// Split-K for small tile counts (the H100 reference's cluster scheme, carried over): when 128x128 tiles
+// fill fewer CTAs than there are SMs (small M and/or N <= 256, e.g. N = 128 K = 2048 or N = 256 K = 7168
+// at M <= 2379), the launcher picks S = the largest split (<= 8, >= 4 K-blocks per slice) whose tiles x S
+// CTAs fit in one wave (tiles x S <= SMs and tiles <= cudaOccupancyMaxActiveClusters for a cluster of S),
+// and launches tiles x S CTAs with cudaLaunchKernelEx and a (S, 1, 1) cluster dimension: cluster c takes
+// tile c, its CTA of rank r the K-blocks [r * kb / S, (r + 1) * kb / S). The epilogue warps then read the
+// fp32 accumulator out of TMEM as above but write it into this CTA's own shared memory (the TMA ring,
+// free once the last MMA has completed: see the kernel), barrier.cluster arrive.release / wait.acquire,
+// each CTA sums a 1/S share of the tile's float4 chunks over all S CTAs' shared memory (mapa +
+// ld.shared::cluster, rank order 0..S-1: deterministic), rounds to bf16 in registers, passes a second
+// (exit) cluster barrier so no CTA leaves while a peer still reads its shared memory, and only then
+// stores C. One kernel, no workspace, no memset, no global atomics. Shapes whose tiles already fill the
+// GPU (tiles >= SMs), or that no split >= 2 fits, keep the one-tile-per-CTA launch without a cluster.
+// `workspace` is unused.
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda.h>
@@ -27,6 +42,9 @@ constexpr int UMMA_K = 16;            // K of one kind::f16 MMA
 constexpr int NUM_THREADS = 192;      // 4 epilogue warps + TMA warp + MMA warp
 constexpr int PIPE_BYTES = 192 * 1024;
 constexpr int RASTER_GROUP = 16;      // M-tiles per raster group (L2 reuse of B tiles)
+constexpr int MAX_SPLITS = 8;         // portable cluster size
+constexpr int MIN_K_BLOCKS = 4;       // least K-blocks per split-K slice
+constexpr int MAX_DEVICES = 64;       // cluster-capacity cache entries
 
 template <int BN>
 struct Cfg {
@@ -36,6 +54,9 @@ struct Cfg {
     static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
     static constexpr int STAGES = PIPE_BYTES / STAGE_BYTES; // 4 (BN 256) or 6 (BN 128)
     static constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024;  // + slack to align the ring to 1024 B
+    // Split-K: the fp32 partial tile lives at the start of the ring (see the kernel); it must fit there.
+    static constexpr int PARTIAL_BYTES = BM * BN * 4;      // 64 KiB (BN 128) or 128 KiB (BN 256)
+    static_assert(PARTIAL_BYTES <= STAGES * STAGE_BYTES, "partial tile must fit in the TMA ring");
     // Instruction descriptor, tcgen05.mma .kind::f16 (32 bits):
     //   [0,2) sparsity selector = 0   [2] sparse = 0   [3] saturate = 0
     //   [4,6) D format: 1 = F32       [7,10) A format: 1 = BF16   [10,13) B format: 1 = BF16
@@ -139,10 +160,55 @@ __device__ __forceinline__ uint32_t pack_bf16x2(uint32_t lo, uint32_t hi) {
     return *reinterpret_cast<uint32_t*>(&h);
 }
 
+// ---- clusters (split-K) ----
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ uint32_t cluster_id_x() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
+    return r;
+}
+// Every thread of every CTA of the cluster arrives, then waits. Not .aligned: lanes of warps 4/5 diverge.
+// release/acquire: this thread's shared-memory writes (and DSMEM reads) before the arrive are ordered before
+// every cluster thread's accesses after its wait.
+__device__ __forceinline__ void cluster_sync_release_acquire() {
+    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+}
+// Execution only: for the TMA and MMA warps, which publish nothing and read no peer's shared memory.
+__device__ __forceinline__ void cluster_sync_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed;\n\tbarrier.cluster.wait;" ::: "memory");
+}
+// The shared::cluster address of the same offset in CTA `rank`'s shared memory.
+__device__ __forceinline__ uint32_t map_rank(uint32_t local, uint32_t rank) {
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(local), "r"(rank));
+    return r;
+}
+__device__ __forceinline__ float4 ld_cluster_f4(uint32_t addr) {
+    float4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
+    return v;
+}
+
+// Partial tile layout (split-K): float4 chunk (r, ch) of the 128 x BN fp32 tile (columns 4ch..4ch+3) at
+// chunk index r * (BN / 4) + (ch ^ (r & 7)). Rows are 512 B or 1 KiB apart (same banks), so the XOR spreads
+// the 8 rows that one 8-lane phase of a warp's 16-byte store touches (lanes = consecutive rows) over all 32
+// banks; consecutive chunks of one row, as the reduction reads them, stay a permutation of each other.
+template <int BN>
+__device__ __forceinline__ int partial_chunk(int r, int ch) { return r * (BN / 4) + (ch ^ (r & 7)); }
+
+// splits == 1: ordinary launch, one tile per CTA (tile = blockIdx.x), all of K.
+// splits  > 1: cluster launch of (splits, 1, 1), gridDim.x == tiles * splits: cluster c takes tile c, its CTA
+//              of rank r the K-blocks [r * num_kb / splits, (r + 1) * num_kb / splits) (never empty: the
+//              launcher keeps splits <= num_kb / MIN_K_BLOCKS).
 template <int BN>
 __global__ void __launch_bounds__(NUM_THREADS, 1)
 gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                    __nv_bfloat16* __restrict__ C, int M, int N, int K) {
+                    __nv_bfloat16* __restrict__ C, int M, int N, int K, int splits) {
     using Cf = Cfg<BN>;
     constexpr int STAGES = Cf::STAGES;
 
@@ -157,17 +223,23 @@ gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_consta
     const int warp = threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
 
+    const bool split = splits > 1;
+    const int rank = split ? int(cluster_ctarank()) : 0;
+    const int tile = split ? int(cluster_id_x()) : int(blockIdx.x);
+
     // Grouped raster: RASTER_GROUP consecutive M-tiles sweep all N-tiles before moving on.
     const int tiles_m = (M + BM - 1) / BM;
     const int tiles_n = (N + BN - 1) / BN;
     const int per_group = RASTER_GROUP * tiles_n;
-    const int group = blockIdx.x / per_group;
+    const int group = tile / per_group;
     const int first_m = group * RASTER_GROUP;
     const int group_m = min(tiles_m - first_m, RASTER_GROUP);
-    const int local = blockIdx.x % per_group;
+    const int local = tile % per_group;
     const int m0 = (first_m + local % group_m) * BM;
     const int n0 = (local / group_m) * BN;
     const int num_kb = (K + BK - 1) / BK;
+    const int kb_begin = rank * num_kb / splits;
+    const int kb_end = (rank + 1) * num_kb / splits;
 
     if (warp == 4 && lane == 0) {
         asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<uint64_t>(&tmA)) : "memory");
@@ -189,9 +261,10 @@ gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_consta
 
     if (warp == 4) {
         if (lane == 0) {
-            for (int kb = 0; kb < num_kb; ++kb) {
-                const int s = kb % STAGES;
-                const uint32_t phase = (kb / STAGES) & 1;
+            for (int kb = kb_begin; kb < kb_end; ++kb) {
+                const int i = kb - kb_begin;
+                const int s = i % STAGES;
+                const uint32_t phase = (i / STAGES) & 1;
                 mbar_wait(smem_u32(&empty_bar[s]), phase ^ 1);   // first pass returns at once
                 const uint32_t fb = smem_u32(&full_bar[s]);
                 const uint32_t sa = ring + s * Cf::STAGE_BYTES;
@@ -202,11 +275,14 @@ gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_consta
             }
         }
         __syncwarp();
+        // Both cluster barriers of the reduction count every thread of the cluster.
+        if (split) { cluster_sync_relaxed(); cluster_sync_relaxed(); }
     } else if (warp == 5) {
         if (lane == 0) {
-            for (int kb = 0; kb < num_kb; ++kb) {
-                const int s = kb % STAGES;
-                const uint32_t phase = (kb / STAGES) & 1;
+            for (int kb = kb_begin; kb < kb_end; ++kb) {
+                const int i = kb - kb_begin;
+                const int s = i % STAGES;
+                const uint32_t phase = (i / STAGES) & 1;
                 mbar_wait(smem_u32(&full_bar[s]), phase);
                 tc_fence_after();
                 const uint32_t sa = ring + s * Cf::STAGE_BYTES;
@@ -214,36 +290,121 @@ gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_consta
                 const uint64_t db = sw128_kmajor_desc(sa + Cf::A_BYTES);
 #pragma unroll
                 for (int k = 0; k < BK / UMMA_K; ++k)   // +32 B per K step = +2 in the address field
-                    umma_bf16(tmem_base, da + 2 * k, db + 2 * k, Cf::IDESC, (kb | k) != 0);
+                    umma_bf16(tmem_base, da + 2 * k, db + 2 * k, Cf::IDESC, (i | k) != 0);
                 umma_commit(smem_u32(&empty_bar[s]));
             }
             umma_commit(smem_u32(&accum_bar));
         }
         __syncwarp();
+        if (split) { cluster_sync_relaxed(); cluster_sync_relaxed(); }
     } else {
         mbar_wait(smem_u32(&accum_bar), 0);
         __syncwarp();   // tcgen05.ld is .sync.aligned
         tc_fence_after();
-        const int row = m0 + warp * 32 + lane;
+        const int lrow = warp * 32 + lane;                  // tile-local row
+        const int row = m0 + lrow;
         const uint32_t trow = tmem_base + (uint32_t(warp * 32) << 16);
-        for (int c = 0; c < BN; c += 32) {
-            if (n0 + c >= N) break;   // warp-uniform
-            uint32_t v[32];
-            tmem_ld_32x32b_x32(trow + c, v);
-            if (row < M) {
-                __nv_bfloat16* dst = C + size_t(row) * N + n0 + c;
+        if (!split) {
+            for (int c = 0; c < BN; c += 32) {
+                if (n0 + c >= N) break;   // warp-uniform
+                uint32_t v[32];
+                tmem_ld_32x32b_x32(trow + c, v);
+                if (row < M) {
+                    __nv_bfloat16* dst = C + size_t(row) * N + n0 + c;
 #pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    // N % 8 == 0, so each 8-column chunk is either wholly inside or wholly outside.
-                    if (n0 + c + 8 * j < N) {
-                        uint4 pk;
-                        pk.x = pack_bf16x2(v[8 * j + 0], v[8 * j + 1]);
-                        pk.y = pack_bf16x2(v[8 * j + 2], v[8 * j + 3]);
-                        pk.z = pack_bf16x2(v[8 * j + 4], v[8 * j + 5]);
-                        pk.w = pack_bf16x2(v[8 * j + 6], v[8 * j + 7]);
-                        *reinterpret_cast<uint4*>(dst + 8 * j) = pk;
+                    for (int j = 0; j < 4; ++j) {
+                        // N % 8 == 0, so each 8-column chunk is either wholly inside or wholly outside.
+                        if (n0 + c + 8 * j < N) {
+                            uint4 pk;
+                            pk.x = pack_bf16x2(v[8 * j + 0], v[8 * j + 1]);
+                            pk.y = pack_bf16x2(v[8 * j + 2], v[8 * j + 3]);
+                            pk.z = pack_bf16x2(v[8 * j + 4], v[8 * j + 5]);
+                            pk.w = pack_bf16x2(v[8 * j + 6], v[8 * j + 7]);
+                            *reinterpret_cast<uint4*>(dst + 8 * j) = pk;
+                        }
                     }
                 }
+            }
+        } else {
+            // The partial tile reuses the start of the TMA ring. That memory is free here: this CTA's
+            // producer issued exactly kb_end - kb_begin stage loads, the MMA warp waited on the full barrier
+            // of every one of them (so no TMA write into the ring is still in flight), and accum_bar is
+            // signalled by a tcgen05.commit issued after the last MMA, i.e. once every MMA, and with it every
+            // tensor-core read of the ring, has completed. The proxy fence below orders those async-proxy
+            // accesses, observed through the mbarrier, before this thread's generic-proxy writes (belt and
+            // braces: the mbarrier wait already orders them). The barriers are static shared memory, outside
+            // the ring, so the trailing empty-barrier commits touch nothing the partial overwrites.
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            float4* const partial = reinterpret_cast<float4*>(dyn_smem + (ring - smem_u32(dyn_smem)));
+            // The whole tile, out-of-bounds rows and columns included (they are zeros: TMA zero-filled A and
+            // B there); the stores after the reduction cut them off.
+            for (int c = 0; c < BN; c += 32) {
+                uint32_t v[32];
+                tmem_ld_32x32b_x32(trow + c, v);
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+                    partial[partial_chunk<BN>(lrow, c / 4 + j)] =
+                        make_float4(__uint_as_float(v[4 * j + 0]), __uint_as_float(v[4 * j + 1]),
+                                    __uint_as_float(v[4 * j + 2]), __uint_as_float(v[4 * j + 3]));
+            }
+            cluster_sync_release_acquire();   // every CTA's partial tile is complete and visible cluster-wide
+
+            // This CTA sums the chunks [rank * total / splits, (rank + 1) * total / splits) of the tile (chunk
+            // q: row q / (BN / 4), columns 4 * (q % (BN / 4)) .. + 3) over ranks 0..splits-1 in rank order,
+            // and keeps the bf16 results in registers: C is stored only after the exit barrier, so that
+            // barrier's release has no global stores to wait for.
+            constexpr int CPR = BN / 4;                      // chunks per row
+            constexpr int TOTAL = BM * CPR;
+            constexpr int ET = 128;                          // epilogue threads
+            constexpr int ITERS = (TOTAL / 2 + ET - 1) / ET; // splits >= 2: at most TOTAL / 2 chunks per rank
+            const int q_begin = rank * TOTAL / splits, q_end = (rank + 1) * TOTAL / splits;
+            const int et = int(threadIdx.x);                 // warps 0-3: threads 0..127
+            const uint32_t partial_s = ring;
+            uint32_t src[MAX_SPLITS];
+#pragma unroll
+            for (int p = 0; p < MAX_SPLITS; ++p) src[p] = p < splits ? map_rank(partial_s, uint32_t(p)) : 0u;
+            // BATCH chunks' loads (BATCH x splits DSMEM reads) are issued before any is summed, so the
+            // reduction pays ITERS / BATCH round trips of DSMEM latency rather than ITERS.
+            constexpr int BATCH = 2;
+            static_assert(ITERS % BATCH == 0, "ITERS must be a multiple of BATCH");
+            uint2 packed[ITERS];
+#pragma unroll
+            for (int it0 = 0; it0 < ITERS; it0 += BATCH) {
+                float4 v[BATCH][MAX_SPLITS];
+#pragma unroll
+                for (int b = 0; b < BATCH; ++b) {
+                    const int q = q_begin + et + (it0 + b) * ET;
+                    if (q < q_end) {
+                        const uint32_t off = uint32_t(partial_chunk<BN>(q / CPR, q % CPR)) * 16u;
+#pragma unroll
+                        for (int p = 0; p < MAX_SPLITS; ++p)
+                            if (p < splits) v[b][p] = ld_cluster_f4(src[p] + off);
+                    }
+                }
+#pragma unroll
+                for (int b = 0; b < BATCH; ++b) {
+                    const int q = q_begin + et + (it0 + b) * ET;
+                    packed[it0 + b] = make_uint2(0u, 0u);
+                    if (q < q_end) {
+                        float4 sum = v[b][0];
+#pragma unroll
+                        for (int p = 1; p < MAX_SPLITS; ++p)
+                            if (p < splits) { sum.x += v[b][p].x; sum.y += v[b][p].y; sum.z += v[b][p].z; sum.w += v[b][p].w; }
+                        packed[it0 + b] = make_uint2(pack_bf16x2(__float_as_uint(sum.x), __float_as_uint(sum.y)),
+                                                     pack_bf16x2(__float_as_uint(sum.z), __float_as_uint(sum.w)));
+                    }
+                }
+            }
+            // Exit barrier: no CTA leaves (or lets its ring be reused) while a peer may still read its shared
+            // memory (release: this thread's DSMEM loads are ordered before its arrival).
+            cluster_sync_release_acquire();
+#pragma unroll
+            for (int it = 0; it < ITERS; ++it) {
+                const int q = q_begin + et + it * ET;
+                const int gr = m0 + q / CPR, gc = n0 + (q % CPR) * 4;
+                // N % 8 == 0 and gc % 4 == 0: gc + 3 < N too; C 16-B aligned: the 8-byte store is aligned.
+                if (q < q_end && gr < M && gc < N)
+                    *reinterpret_cast<uint2*>(C + size_t(gr) * N + gc) = packed[it];
             }
         }
     }
@@ -268,17 +429,70 @@ bool encode_kmajor(CUtensorMap* map, const void* ptr, int rows, int K, int box_r
                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// Clusters of `s` CTAs of gemm_tcgen05_kernel<BN> resident at once, cached per device; a failed query is
+// replaced by sms / s (the hardware would then run any excess in a later wave: slower, never wrong).
+// Needs the kernel's dynamic shared memory attribute set first.
+template <int BN>
+int cluster_capacity(int dev, int sms, int s) {
+    static int cache[MAX_DEVICES][MAX_SPLITS + 1] = {};
+    int* slot = (dev >= 0 && dev < MAX_DEVICES) ? &cache[dev][s] : nullptr;
+    if (slot && *slot > 0) return *slot;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(unsigned(s), 1, 1);
+    config.blockDim = dim3(NUM_THREADS, 1, 1);
+    config.dynamicSmemBytes = Cfg<BN>::SMEM_BYTES;
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = unsigned(s);
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, gemm_tcgen05_kernel<BN>, &config) != cudaSuccess || clusters <= 0) {
+        cudaGetLastError();   // clear the failed query's error
+        clusters = sms / s;
+    }
+    if (clusters < 1) clusters = 1;
+    if (slot) *slot = clusters;
+    return clusters;
+}
+
 template <int BN>
 cudaError_t launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K,
-                   cudaStream_t stream) {
+                   int dev, int sms, cudaStream_t stream) {
     CUtensorMap tmA, tmB;
     if (!encode_kmajor(&tmA, A, M, K, BM) || !encode_kmajor(&tmB, B, N, K, BN)) return cudaErrorInvalidValue;
     cudaError_t err = cudaFuncSetAttribute(gemm_tcgen05_kernel<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            Cfg<BN>::SMEM_BYTES);
     if (err != cudaSuccess) return err;
-    const unsigned tiles = unsigned((M + BM - 1) / BM) * unsigned((N + BN - 1) / BN);
-    gemm_tcgen05_kernel<BN><<<tiles, NUM_THREADS, Cfg<BN>::SMEM_BYTES, stream>>>(tmA, tmB, C, M, N, K);
-    return cudaGetLastError();
+    const long long tiles = (long long)((M + BM - 1) / BM) * ((N + BN - 1) / BN);
+    // Split-K only while the tiles leave SMs idle: the largest S in [2, most] whose tiles x S CTAs fit in one
+    // wave, as clusters of S; S = 1 (the plain launch) otherwise.
+    int splits = 1;
+    if (tiles < sms) {
+        int most = (K + BK - 1) / BK / MIN_K_BLOCKS;   // >= MIN_K_BLOCKS K-blocks per slice: none is empty
+        if (most > MAX_SPLITS) most = MAX_SPLITS;
+        for (int s = most; s >= 2; --s)
+            if (tiles * s <= sms && tiles <= cluster_capacity<BN>(dev, sms, s)) { splits = s; break; }
+    }
+    if (splits == 1) {
+        gemm_tcgen05_kernel<BN><<<unsigned(tiles), NUM_THREADS, Cfg<BN>::SMEM_BYTES, stream>>>(tmA, tmB, C, M, N, K, 1);
+        return cudaGetLastError();
+    }
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(unsigned(tiles * splits), 1, 1);
+    config.blockDim = dim3(NUM_THREADS, 1, 1);
+    config.dynamicSmemBytes = Cfg<BN>::SMEM_BYTES;
+    config.stream = stream;
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = unsigned(splits);
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, gemm_tcgen05_kernel<BN>, tmA, tmB, C, M, N, K, splits);
 }
 
 }  // namespace
@@ -297,7 +511,10 @@ extern "C" cudaError_t ptxbench_gemm(const __nv_bfloat16* A, const __nv_bfloat16
     if (err != cudaSuccess) return err;
     err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (err != cudaSuccess) return err;
-    // 128x256 tiles when they fill the GPU at least once, else 128x128 (small N or small M).
+    if (sms < 1) sms = 1;
+    // 128x256 tiles when they fill the GPU at least once, else 128x128 (small N or small M), split-K across a
+    // cluster when even those leave SMs idle.
     const long tiles256 = long((M + BM - 1) / BM) * long((N + 255) / 256);
-    return tiles256 >= sms ? launch<256>(A, B, C, M, N, K, stream) : launch<128>(A, B, C, M, N, K, stream);
+    return tiles256 >= sms ? launch<256>(A, B, C, M, N, K, dev, sms, stream)
+                           : launch<128>(A, B, C, M, N, K, dev, sms, stream);
 }
