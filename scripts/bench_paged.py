@@ -5,8 +5,11 @@ outputs checked against the fp32 reference under the task's rule, then timed aga
 baseline (CUDA events, L2 flushed before each run, 10 warm-ups, median of 30). A table comes last.
 
 Usage (on the GPU machine, FlashInfer's wheels installed; see README):
-  PYTHONPATH=/tmp/site:. python3 scripts/bench_paged.py gqa_paged_decode|gqa_paged_prefill [KERNEL.cu] [-k WORD]
-`-k WORD` keeps the tasks and shapes whose ids contain WORD. The verdicts of record come from the harness:
+  PYTHONPATH=/tmp/site:. python3 scripts/bench_paged.py gqa_paged_decode|gqa_paged_prefill [KERNEL.cu ...]
+      [-k WORD] [--no-baseline]
+Several kernels (variants of one reference) get a column each, the first the one the speedup is of;
+`-k WORD` keeps the tasks and shapes whose ids contain WORD; `--no-baseline` skips FlashInfer (its first
+call compiles for minutes on a fresh machine). The verdicts of record come from the harness:
 `pytest tasks --ptx-model=reference -k FAMILY`.
 """
 
@@ -80,11 +83,11 @@ def main() -> int:
     name = sys.argv[1]
     rest = sys.argv[2:]
     word = rest[rest.index("-k") + 1] if "-k" in rest else ""
-    sources = [a for a in rest if a.endswith(".cu")]
+    with_baseline = "--no-baseline" not in rest
+    sources = [Path(a) for a in rest if a.endswith(".cu")]
     family = load_family(ROOT / "tasks" / f"{name}.yaml")
-    source = Path(sources[0]) if sources else ROOT / "tasks" / "reference" / "h100" / f"{name}.cu"
-    lib, _ = build(source, family)
-    launch = getattr(lib, family.launcher.name)
+    sources = sources or [ROOT / "tasks" / "reference" / "h100" / f"{name}.cu"]
+    launches = [getattr(build(source, family)[0], family.launcher.name) for source in sources]
     reference, baseline = _resolve(family.reference), _resolve(family.baseline)
     rows, failures = [], []
     for task in family.tasks:
@@ -94,24 +97,34 @@ def main() -> int:
                 continue
             case = Case(family, task, shape)
             arguments = case.arguments()
-            code = int(launch(*arguments))
-            torch.cuda.synchronize()
-            expected = reference(case.inputs, case.values)
-            found = [compare(n, case.outputs[n], expected[n], family) for n in case.outputs]
-            wrong = [c for c in found if not c.passes(family.matched_ratio)]
-            if code or wrong:
-                failures.append(f"{label}: code {code}; " + "; ".join(c.summary() for c in wrong))
-                print(failures[-1], flush=True)
-                continue
-            ours = median_ms(lambda: launch(*arguments))  # noqa: B023 (called before the next case)
-            theirs_outputs = {n: torch.empty_like(t) for n, t in case.outputs.items()}
-            state: dict[str, Any] = {}
-            theirs = median_ms(lambda: baseline(case.inputs, theirs_outputs, case.values, state))  # noqa: B023
-            errors = " ".join(f"{c.output} {c.max_abs_error:.4f}" for c in found)
-            rows.append(f"{label:<64} {ours:8.3f} ms {theirs:8.3f} ms {theirs / ours:6.2f}x  max error {errors}")
+            expected: dict[str, torch.Tensor] | None = None
+            times, errors = [], []
+            for source, launch in zip(sources, launches, strict=True):
+                for output in case.outputs.values():
+                    output.fill_(float("nan"))
+                code = int(launch(*arguments))
+                torch.cuda.synchronize()
+                expected = expected or reference(case.inputs, case.values)
+                found = [compare(n, case.outputs[n], expected[n], family) for n in case.outputs]
+                wrong = [c for c in found if not c.passes(family.matched_ratio)]
+                if code or wrong:
+                    failures.append(f"{label} {source.name}: code {code}; " + "; ".join(c.summary() for c in wrong))
+                    print(failures[-1], flush=True)
+                    times.append(float("nan"))
+                    continue
+                times.append(median_ms(lambda: launch(*arguments)))  # noqa: B023 (called before the next one)
+                errors.append(" ".join(f"{c.output} {c.max_abs_error:.4f}" for c in found))
+            theirs = float("nan")
+            if with_baseline:
+                theirs_outputs = {n: torch.empty_like(t) for n, t in case.outputs.items()}
+                state: dict[str, Any] = {}
+                theirs = median_ms(lambda: baseline(case.inputs, theirs_outputs, case.values, state))  # noqa: B023
+            ours = " ".join(f"{t:8.3f} ms" for t in times)
+            rows.append(f"{label:<64} {ours} {theirs:8.3f} ms {theirs / times[0]:6.2f}x  max error {errors[:1]}")
             print(rows[-1], flush=True)
     print("\n== failures" if failures else "\n== all checks passed", *failures, sep="\n")
-    print(f"{'task and shape':<64} {'ours':>11} {'FlashInfer':>11} speedup", *rows, sep="\n")
+    kernels = " ".join(f"{source.stem[:11]:>11}" for source in sources)
+    print(f"{'task and shape':<64} {kernels} {'FlashInfer':>11} speedup", *rows, sep="\n")
     return 1 if failures else 0
 
 

@@ -12,6 +12,8 @@
 #                                           # (FlashInfer's wheels carried in .whl-flashinfer/)
 #   bash scripts/device_check.sh paged      # both paged families' references at their first visible shape, every
 #                                           # stage; `paged bench`: scripts/bench_paged.py on every task and shape
+#   bash scripts/device_check.sh prefill [KERNEL.cu ...] [-k WORD] [--no-baseline]
+#                                           # scripts/bench_paged.py on the prefill family: kernel variants side by side
 # Needs the cupti-python wheel carried in .whl/ (see README). Logs go under $OUT (or ./device-out);
 # a short table is printed last.
 set -uo pipefail
@@ -76,6 +78,14 @@ if [ "${1:-}" = paged ]; then
     -p no:cacheprovider --ptx-shapes=visible --ptx-out=/tmp/paged > "$out/paged.log" 2>&1; echo "paged rc=$?"
   tar czf "$out/paged.tgz" -C /tmp paged/results.jsonl paged/logs 2>/dev/null
   sed -n '/= ptxbench =/,/^$/p' "$out/paged.log"; python3 scripts/controls.py --stages /tmp/paged
+  exit 0
+fi
+if [ "${1:-}" = prefill ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl-flashinfer/*.whl
+  export FLASHINFER_WORKSPACE_BASE=/tmp/flashinfer
+  shift
+  python3 scripts/bench_paged.py gqa_paged_prefill "$@" > "$out/bench-prefill.log" 2>&1; echo "prefill rc=$?"
+  sed -n '/^== /,$p' "$out/bench-prefill.log"
   exit 0
 fi
 if [ "${1:-}" = attention ]; then

@@ -21,8 +21,9 @@
 //      P % 64 == 0: 4D tensor maps {D, KV, P, pages}, box {64, 1, 64, 1} (64 tokens of a page x 64 columns):
 //        2 chunks x 2 panels per block, the page from kv_indices.
 //      other P (P = 1): warps 10-11 gather with cp.async (16 B per lane) into the same 128B-swizzled layout,
-//        computed by hand (chunk c of row r at c ^ (r % 8)); warp w takes rows 64w .. 64w + 63, a lane finds
-//        the cache token of two rows and shares it by shuffle, each step copies two 256-byte rows. Completion
+//        computed by hand (chunk c of row r at c ^ (r % 8)); warp w takes rows 64w .. 64w + 63, a lane looks
+//        up one row's cache position per 32 rows and a width-16 shuffle hands it to the 16 lanes that copy that
+//        row's 256 bytes (three instructions a copy). Completion
 //        by cp.async.mbarrier.arrive.noinc (64 arrivals per slot); the MMA warp issues fence.proxy.async after
 //        the wait so that the tensor core (async proxy) sees the generic-proxy writes.
 //      Keys past kv_len re-read the sequence's last token / 64-chunk (finite data, masked).
@@ -133,6 +134,13 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
                  :: "r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
                  : "memory");
 }
+// base + row · 256 bytes (one token of one KV head) in one multiply-add.
+__device__ __forceinline__ const void* row_address(const char* base, uint32_t row) {
+    uint64_t address;
+    asm("mad.wide.u32 %0, %1, %2, %3;" : "=l"(address) : "r"(row), "n"(HEAD_DIM * 2), "l"(reinterpret_cast<uint64_t>(base)));
+    return reinterpret_cast<const void*>(address);
+}
+
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(reinterpret_cast<uint64_t>(src))
                  : "memory");
@@ -431,18 +439,24 @@ gqa_paged_prefill_tcgen05_kernel(const __grid_constant__ CUtensorMap tmQ, const 
             // Warps 10-11: cp.async gathers of K and V, in the ring order K(j), V(j), K(j + 1), ...
             const int hf = warp - LOAD_WARP0;
             const int c16 = lane & 15;                       // 16-byte chunk of the 256-byte row
-            const int sub = lane >> 4;                       // which of a step's two rows
-            const uint32_t chunk_off = (uint32_t)(c16 >> 3) * (BN * 128);
-            const uint32_t c8 = (uint32_t)(c16 & 7);
-            const size_t head_off = (size_t)tl.g * HEAD_DIM + c16 * 8;
-            const size_t token_stride = (size_t)a.KV * HEAD_DIM;
+            const int sub = lane >> 4;                       // odd or even rows
+            // Lane L looks up row 2·(L % 16) + L / 16 of each group of 32 rows; step j copies rows 2j (lanes
+            // 0-15) and 2j + 1 (lanes 16-31). lane_dst[q]: this lane's chunk in rows 64 hf + 2q + sub of a
+            // slot; row 64 hf + 32 h2 + 8 m + 2q + sub adds (32 h2 + 8 m)·128, leaving the swizzle alone.
+            uint32_t lane_dst[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const uint32_t r = (uint32_t)(2 * q + sub);
+                lane_dst[q] = (uint32_t)(c16 >> 3) * (BN * 128) + (uint32_t)(64 * hf + r) * 128 +
+                              (((uint32_t)(c16 & 7) ^ r) << 4);
+            }
             Ring<SLOTS> ring;
             for (int j = 0; j < n_blocks; ++j) {
                 const int kb = kb0 + j;
-                int cache_tok[2];
+                uint32_t row_id[2];   // the 256-byte row (cache token · KV + g); fits 32 bits (host bound)
 #pragma unroll
                 for (int h2 = 0; h2 < 2; ++h2) {
-                    const int tok = min(kb * BN + 64 * hf + 32 * h2 + lane, tl.kv_len - 1);
+                    const int tok = min(kb * BN + 64 * hf + 32 * h2 + 2 * c16 + sub, tl.kv_len - 1);
                     int pi, slot;
                     if (a.p_shift >= 0) {
                         pi = tok >> a.p_shift;
@@ -451,20 +465,20 @@ gqa_paged_prefill_tcgen05_kernel(const __grid_constant__ CUtensorMap tmQ, const 
                         pi = tok / a.P;
                         slot = tok - pi * a.P;
                     }
-                    cache_tok[h2] = __ldg(a.kv_indices + tl.pbase + pi) * a.P + slot;
+                    row_id[h2] = (uint32_t)((__ldg(a.kv_indices + tl.pbase + pi) * a.P + slot) * a.KV + tl.g);
                 }
 #pragma unroll 1
                 for (int kv = 0; kv < 2; ++kv) {
-                    const __nv_bfloat16* base = (kv ? a.v : a.k) + head_off;
+                    const char* base = reinterpret_cast<const char*>(kv ? a.v : a.k) + c16 * 16;
                     mbar_wait(smem_u32(&kv_empty[ring.slot]), ring.phase ^ 1);
-                    const uint32_t dst0 = kv_smem + ring.slot * KV_BYTES + chunk_off;
+                    const uint32_t slot_base = kv_smem + ring.slot * KV_BYTES;
 #pragma unroll
                     for (int h2 = 0; h2 < 2; ++h2)
-#pragma unroll 4
-                        for (int r2 = 0; r2 < 32; r2 += 2) {
-                            const int ct = __shfl_sync(0xffffffffu, cache_tok[h2], r2 + sub);
-                            const uint32_t row = (uint32_t)(64 * hf + 32 * h2 + r2 + sub);
-                            cp_async_16(dst0 + row * 128 + ((c8 ^ (row & 7)) << 4), base + (size_t)ct * token_stride);
+#pragma unroll
+                        for (int step = 0; step < 16; ++step) {
+                            const uint32_t r = __shfl_sync(0xffffffffu, row_id[h2], step, 16);
+                            cp_async_16(slot_base + lane_dst[step % 4] + (uint32_t)(32 * h2 + 8 * (step / 4)) * 128,
+                                        row_address(base, r));
                         }
                     cp_async_arrive_noinc(smem_u32(&kv_full[ring.slot]));
                     ring.advance();

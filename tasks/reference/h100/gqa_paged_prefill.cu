@@ -29,8 +29,8 @@
 //          Other P (P = 1): cp.async 16 B per lane into the same 128B-swizzled layout, computed by hand
 //          (16-byte chunk c of row r at chunk c ^ (r % 8)); producer warps 0-1 copy K, 2-3 copy V (each
 //          waits only for its own ring's slot, so K runs ahead of V as with TMA), warp half hf the rows
-//          64 hf .. 64 hf + 63: a lane finds the cache token of two rows and shares it by shuffle, and each
-//          step copies two rows of 256 contiguous bytes (16 lanes each). Completion by
+//          64 hf .. 64 hf + 63: each lane looks up one row's cache position per 32 rows, a width-16 shuffle
+//          hands it to the 16 lanes that copy that row's 256 contiguous bytes (three instructions a copy). Completion by
 //          cp.async.mbarrier.arrive.noinc (64 arrivals per full barrier); ring of 3 slots (longer latency).
 //          Consumers issue fence.proxy.async after the wait, before wgmma (async proxy) reads such data.
 //          Keys past kv_len in a block re-read the sequence's last token / 64-chunk (finite data, masked).
@@ -142,6 +142,13 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(reinterpret_cast<uint64_t>(src))
                  : "memory");
+}
+
+// base + row · 256 bytes (one token of one KV head) in one multiply-add.
+__device__ __forceinline__ const void* row_address(const char* base, uint32_t row) {
+    uint64_t address;
+    asm("mad.wide.u32 %0, %1, %2, %3;" : "=l"(address) : "r"(row), "n"(HEAD_DIM * 2), "l"(reinterpret_cast<uint64_t>(base)));
+    return reinterpret_cast<const void*>(address);
 }
 
 // Arrives on the barrier once all this thread's earlier cp.async copies have landed (counts as one of
@@ -438,28 +445,39 @@ gqa_paged_prefill_kernel(const __grid_constant__ CUtensorMap tmap_q, const __gri
             }
         } else {
             // Any P: per-token 16-byte cp.async into the 128B-swizzled layout. Warps 0-1 copy K, warps 2-3
-            // copy V (each waits only for its own ring's slot); warp half hf takes rows 64 hf .. 64 hf + 63.
-            // Lane l finds the cache token of rows 64 hf + l and 64 hf + 32 + l; per step the warp copies
-            // two rows (lanes 0-15 one, 16-31 the next), 256 contiguous bytes each.
+            // copy V (each waits only for its own ring's slot); warp half hf takes rows 64 hf .. 64 hf + 63,
+            // in two groups of 32. Lane L (c16 = L % 16, sub = L / 16) looks up row 2·c16 + sub of a group;
+            // step j copies rows 2j (lanes 0-15) and 2j + 1 (lanes 16-31), 256 contiguous bytes each, the
+            // row's cache position fetched by a width-16 shuffle from lane j of the half. The inner loop is
+            // three instructions per copy (shuffle, address, cp.async): the producer shares the SM's issue
+            // slots with the consumers' softmax.
             const int pw = threadIdx.x / 32, lane = threadIdx.x & 31;
             const bool is_v = pw >= 2;
             const int hf = pw & 1;
             const int c16 = lane & 15;                       // 16-byte chunk of the 256-byte row
-            const int sub = lane >> 4;                       // which of the step's two rows
-            const uint32_t chunk_off = (uint32_t)(c16 >> 3) * PANEL_KV;
-            const uint32_t c8 = (uint32_t)(c16 & 7);
-            const __nv_bfloat16* base = (is_v ? a.v : a.k) + (size_t)t.g * HEAD_DIM + c16 * 8;
+            const int sub = lane >> 4;                       // odd or even rows
+            const char* base = reinterpret_cast<const char*>(is_v ? a.v : a.k) + c16 * 16;
+            // Shared-memory offset of this lane's chunk in rows 64 hf + 2q + sub (q = 0..3) of a slot; row
+            // 64 hf + 32 h2 + 8 m + 2q + sub adds (32 h2 + 8 m)·128, which leaves the swizzle (row % 8) alone.
+            uint32_t lane_dst[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const uint32_t r = (uint32_t)(2 * q + sub);
+                lane_dst[q] = (uint32_t)(c16 >> 3) * PANEL_KV + (uint32_t)(64 * hf + r) * 128 +
+                              (((uint32_t)(c16 & 7) ^ r) << 4);
+            }
             const uint32_t ring = is_v ? smem_v : smem_k;
             const uint32_t full = is_v ? full_v : full_k;
             const uint32_t empty = is_v ? empty_v : empty_k;
-            const size_t token_stride = (size_t)a.KV * HEAD_DIM;
             for (int i = 0; i < nblk; ++i) {
                 const int kb = kb0 + i, s = i % STAGES;
                 const uint32_t phase = (i / STAGES) & 1;
-                int cache_tok[2];
+                // The 256-byte row (cache token · KV + g) of this lane's row in each group of 32; it fits
+                // 32 bits (the host bounds pages · P · KV).
+                uint32_t row_id[2];
 #pragma unroll
                 for (int h2 = 0; h2 < 2; ++h2) {
-                    const int tok = min(kb * BN + 64 * hf + 32 * h2 + lane, t.kv_len - 1);
+                    const int tok = min(kb * BN + 64 * hf + 32 * h2 + 2 * c16 + sub, t.kv_len - 1);
                     int pi, slot;
                     if (a.p_shift >= 0) {
                         pi = tok >> a.p_shift;
@@ -468,17 +486,17 @@ gqa_paged_prefill_kernel(const __grid_constant__ CUtensorMap tmap_q, const __gri
                         pi = tok / a.P;
                         slot = tok - pi * a.P;
                     }
-                    cache_tok[h2] = __ldg(a.kv_indices + t.pbase + pi) * a.P + slot;
+                    row_id[h2] = (uint32_t)((__ldg(a.kv_indices + t.pbase + pi) * a.P + slot) * a.KV + t.g);
                 }
                 mbar_wait(empty + 8 * s, phase ^ 1);
-                const uint32_t dst0 = ring + s * KV_BYTES + chunk_off;
+                const uint32_t slot_base = ring + s * KV_BYTES;
 #pragma unroll
                 for (int h2 = 0; h2 < 2; ++h2)
-#pragma unroll 4
-                    for (int j = 0; j < 32; j += 2) {
-                        const int ct = __shfl_sync(0xffffffffu, cache_tok[h2], j + sub);
-                        const uint32_t row = (uint32_t)(64 * hf + 32 * h2 + j + sub);
-                        cp_async_16(dst0 + row * 128 + ((c8 ^ (row & 7)) << 4), base + (size_t)ct * token_stride);
+#pragma unroll
+                    for (int j = 0; j < 16; ++j) {
+                        const uint32_t r = __shfl_sync(0xffffffffu, row_id[h2], j, 16);
+                        cp_async_16(slot_base + lane_dst[j % 4] + (uint32_t)(32 * h2 + 8 * (j / 4)) * 128,
+                                    row_address(base, r));
                     }
                 cp_async_arrive_noinc(full + 8 * s);
             }
