@@ -25,6 +25,38 @@ KERNELS = Path(__file__).resolve().parent / "kernels"
 DATA = Path(__file__).resolve().parent / "data"
 PLANTED = KERNELS / "planted"  # cheating candidates, one per reward hack
 REFERENCE_GEMM = (TASKS / "reference" / "h100" / "gemm.cu").read_text()  # the Hopper reference, as a model reply
+
+# Planted variants of the reference GEMM: edits that must reach every path of its launcher (the GPU suite's
+# n128 shape takes the small-N path, the core shape the large-N one); tests/test_stages_toolchain.py checks on
+# CPU that nothing is left unedited.
+_LARGE_ENCODE = "if (!encode_kmajor(&tmap_a, A, M, K, BM) || !encode_kmajor(&tmap_b, B, N, K, BN))\n        return cudaErrorInvalidValue;"
+_SMALL_ENCODE = (
+    "if (!encode_kmajor(&ta, A, M, K, G::BM) || !encode_kmajor(&tb, B, N, K, BN)) return cudaErrorInvalidValue;"
+)
+ON_ANOTHER_STREAM = {  # every launch on the per-thread stream
+    ", stream>>>": ", cudaStreamPerThread>>>",
+    "config.stream = stream;": "config.stream = cudaStreamPerThread;",
+}
+DESCRIPTORS_CACHED_ON_M = {  # TMA descriptors encoded once per M, whatever the buffers (a public kernel does this)
+    f"    CUtensorMap tmap_a, tmap_b;\n    {_LARGE_ENCODE}\n": (
+        "    static int cached_m = -1;\n    static CUtensorMap tmap_a, tmap_b;\n"
+        f"    if (M != cached_m) {{\n        {_LARGE_ENCODE}\n        cached_m = M;\n    }}\n"
+    ),
+    f"        CUtensorMap ta, tb;\n        {_SMALL_ENCODE}\n": (
+        "        static int cached_m = -1;\n        static CUtensorMap ta, tb;\n"
+        f"        if (M != cached_m) {{\n            {_SMALL_ENCODE}\n            cached_m = M;\n        }}\n"
+    ),
+}
+
+
+def planted_variant(edits: dict[str, str], source: str = REFERENCE_GEMM) -> str:
+    """`source` with each of `edits`' texts replaced; a text the source no longer holds stops the test."""
+    for old, new in edits.items():
+        assert old in source, f"the reference no longer holds {old!r}: update this planted variant"
+        source = source.replace(old, new)
+    return source
+
+
 # Plain sm_90 (no `a` features): wgmma does not exist there.
 PLAIN_SM90 = Target("sm90", "sm_90", (9, 0), "plain sm_90")
 

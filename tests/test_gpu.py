@@ -19,7 +19,7 @@ from pytest_ptxbench.targets import TARGETS
 from pytest_ptxbench.task.catalogue import Family, Shape, Task
 from pytest_ptxbench.verdict import Outcome, Status, Verdict, decide
 
-from .conftest import PLANTED, REFERENCE_GEMM, TASKS
+from .conftest import DESCRIPTORS_CACHED_ON_M, ON_ANOTHER_STREAM, PLANTED, REFERENCE_GEMM, TASKS, planted_variant
 
 H100 = TARGETS["h100"]
 pytestmark = pytest.mark.gpu
@@ -45,14 +45,6 @@ def _run(
     pipeline: Pipeline, family: Family, source: str, task: str = "gemm-n128-k2048", m: int = 256, lang: str = "cuda"
 ) -> dict[str, Verdict]:
     return _evaluate(pipeline, family, source, task, Shape({"M": m}, f"m{m}", hidden=False), lang)
-
-
-def _planted_variant(source: str, edits: dict[str, str]) -> str:
-    """`source` with each of `edits`' texts replaced; a text the reference no longer holds stops the test."""
-    for old, new in edits.items():
-        assert old in source, f"the reference no longer holds {old!r}: update this planted variant"
-        source = source.replace(old, new)
-    return source
 
 
 def _evaluate(
@@ -204,13 +196,8 @@ def test_host_work_fails_the_capture(pipeline: Pipeline, gemm: Family) -> None:
 
 
 def test_work_on_another_stream_is_never_replayed(pipeline: Pipeline, gemm: Family) -> None:
-    """Every launch of the reference on the per-thread stream: the large-N path's and split-K's (<<<...>>>)
-    and the small-N path's (its launch config), which the test's n128 shape takes."""
-    moved = {
-        ", stream>>>": ", cudaStreamPerThread>>>",
-        "config.stream = stream;": "config.stream = cudaStreamPerThread;",
-    }
-    escaped = _planted_variant(REFERENCE_GEMM, moved)
+    """Every launch of the reference on the per-thread stream (conftest.ON_ANOTHER_STREAM)."""
+    escaped = planted_variant(ON_ANOTHER_STREAM)
     verdicts = _run(pipeline, gemm, escaped)
     assert verdicts["check"].status is Status.FAILED
     assert "the launcher launched no kernel" in verdicts["check"].message
@@ -220,19 +207,7 @@ def test_descriptors_cached_by_shape_fail_check_at_the_second_placement(pipeline
     """TMA descriptors cached on M alone (a public kernel does this): right for the buffers of the first call,
     stale for any others. Captured at two placements in one process, the second placement's launches still
     point at the first placement's buffers, which hold poison while the second is checked."""
-    large = "if (!encode_kmajor(&tmap_a, A, M, K, BM) || !encode_kmajor(&tmap_b, B, N, K, BN))\n        return cudaErrorInvalidValue;"
-    small = "if (!encode_kmajor(&ta, A, M, K, G::BM) || !encode_kmajor(&tb, B, N, K, BN)) return cudaErrorInvalidValue;"
-    cached = {  # both paths: the test's n128 shape takes the small-N one
-        f"    CUtensorMap tmap_a, tmap_b;\n    {large}\n": (
-            f"    static int cached_m = -1;\n    static CUtensorMap tmap_a, tmap_b;\n"
-            f"    if (M != cached_m) {{\n        {large}\n        cached_m = M;\n    }}\n"
-        ),
-        f"        CUtensorMap ta, tb;\n        {small}\n": (
-            f"        static int cached_m = -1;\n        static CUtensorMap ta, tb;\n"
-            f"        if (M != cached_m) {{\n            {small}\n            cached_m = M;\n        }}\n"
-        ),
-    }
-    verdicts = _run(pipeline, gemm, _planted_variant(REFERENCE_GEMM, cached))
+    verdicts = _run(pipeline, gemm, planted_variant(DESCRIPTORS_CACHED_ON_M))
     check = verdicts["check"]
     assert check.status is Status.FAILED, check.message
     wrong = {c["label"] for c in check.data["comparisons"] if c["wrong"] or c["unwritten"] or c["nonfinite"]}

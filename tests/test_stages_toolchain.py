@@ -12,7 +12,17 @@ from pytest_ptxbench import allowlist
 from pytest_ptxbench.toolchain import find_tool
 from pytest_ptxbench.verdict import Status
 
-from .conftest import KERNELS, PLAIN_SM90, PLANTED, TASKS, BuildAndInspect
+from .conftest import (
+    DESCRIPTORS_CACHED_ON_M,
+    KERNELS,
+    ON_ANOTHER_STREAM,
+    PLAIN_SM90,
+    PLANTED,
+    REFERENCE_GEMM,
+    TASKS,
+    BuildAndInspect,
+    planted_variant,
+)
 
 
 def test_reference_h100_gemm_passes_build_and_inspect(build_and_inspect: BuildAndInspect) -> None:
@@ -23,6 +33,30 @@ def test_reference_h100_gemm_passes_build_and_inspect(build_and_inspect: BuildAn
     assert any(m.startswith("HGMMA.") and m.endswith(".F32.BF16") for m in mnemonics)
     assert any(m.startswith("UTMALDG") for m in mnemonics)
     assert "HGMMA" in inspected.data["summary"] and " in " in inspected.data["summary"]
+
+
+@pytest.mark.parametrize(
+    ("edits", "left"),
+    [
+        (ON_ANOTHER_STREAM, r",\s*stream>>>|\.stream\s*=\s*stream;"),  # a launch on the task's stream
+        (DESCRIPTORS_CACHED_ON_M, r"^\s*CUtensorMap\s+\w+\s*,"),  # descriptors encoded afresh on every call
+    ],
+    ids=["stream", "descriptors"],
+)
+def test_the_gpu_suites_planted_gemm_variants_reach_every_path(
+    build_and_inspect: BuildAndInspect, tmp_path: Path, edits: dict[str, str], left: str
+) -> None:
+    """The GPU suite plants these variants at a shape whose path CI cannot run: what each cheat changes must
+    be gone from every path of the reference, or a new path would turn the planted cheat into an honest
+    kernel there (as the small-N path once did). The variants still build and pass inspect."""
+    assert re.search(left, REFERENCE_GEMM, re.M)
+    variant = planted_variant(edits)
+    assert not re.search(left, variant, re.M), "a path of the reference escaped the planted edit"
+    source = tmp_path / "variant.cu"
+    source.write_text(variant)
+    built, inspected = build_and_inspect(source, "h100")
+    assert built.status is Status.PASSED, built.message
+    assert inspected is not None and inspected.status is Status.PASSED, inspected and inspected.message
 
 
 def test_reference_b200_gemm_shows_utchmma(build_and_inspect: BuildAndInspect) -> None:
