@@ -429,6 +429,27 @@ bool encode_kmajor(CUtensorMap* map, const void* ptr, int rows, int K, int box_r
                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// A launch of gemm_tcgen05_kernel<BN> in clusters of `cluster` CTAs along x (the attribute lives beside the
+// config that points at it).
+template <int BN>
+struct ClusterLaunch {
+    cudaLaunchConfig_t config = {};
+    cudaLaunchAttribute attribute[1];
+    ClusterLaunch(unsigned grid, int cluster, cudaStream_t stream) {
+        config.gridDim = dim3(grid, 1, 1);
+        config.blockDim = dim3(NUM_THREADS, 1, 1);
+        config.dynamicSmemBytes = Cfg<BN>::SMEM_BYTES;
+        config.stream = stream;
+        attribute[0].id = cudaLaunchAttributeClusterDimension;
+        attribute[0].val.clusterDim.x = unsigned(cluster);
+        attribute[0].val.clusterDim.y = 1;
+        attribute[0].val.clusterDim.z = 1;
+        config.attrs = attribute;
+        config.numAttrs = 1;
+    }
+    ClusterLaunch(const ClusterLaunch&) = delete;   // config.attrs points into this object
+};
+
 // Clusters of `s` CTAs of gemm_tcgen05_kernel<BN> resident at once, cached per device; a failed query is
 // replaced by sms / s (the hardware would then run any excess in a later wave: slower, never wrong).
 // Needs the kernel's dynamic shared memory attribute set first.
@@ -437,19 +458,10 @@ int cluster_capacity(int dev, int sms, int s) {
     static int cache[MAX_DEVICES][MAX_SPLITS + 1] = {};
     int* slot = (dev >= 0 && dev < MAX_DEVICES) ? &cache[dev][s] : nullptr;
     if (slot && *slot > 0) return *slot;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(unsigned(s), 1, 1);
-    config.blockDim = dim3(NUM_THREADS, 1, 1);
-    config.dynamicSmemBytes = Cfg<BN>::SMEM_BYTES;
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = unsigned(s);
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = 1;
-    config.attrs = attribute;
-    config.numAttrs = 1;
+    ClusterLaunch<BN> clustered(s, s, nullptr);
     int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, gemm_tcgen05_kernel<BN>, &config) != cudaSuccess || clusters <= 0) {
+    if (cudaOccupancyMaxActiveClusters(&clusters, gemm_tcgen05_kernel<BN>, &clustered.config) != cudaSuccess ||
+        clusters <= 0) {
         cudaGetLastError();   // clear the failed query's error
         clusters = sms / s;
     }
@@ -480,19 +492,8 @@ cudaError_t launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16
         gemm_tcgen05_kernel<BN><<<unsigned(tiles), NUM_THREADS, Cfg<BN>::SMEM_BYTES, stream>>>(tmA, tmB, C, M, N, K, 1);
         return cudaGetLastError();
     }
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(unsigned(tiles * splits), 1, 1);
-    config.blockDim = dim3(NUM_THREADS, 1, 1);
-    config.dynamicSmemBytes = Cfg<BN>::SMEM_BYTES;
-    config.stream = stream;
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = unsigned(splits);
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = 1;
-    config.attrs = attribute;
-    config.numAttrs = 1;
-    return cudaLaunchKernelEx(&config, gemm_tcgen05_kernel<BN>, tmA, tmB, C, M, N, K, splits);
+    ClusterLaunch<BN> clustered(unsigned(tiles * splits), splits, stream);
+    return cudaLaunchKernelEx(&clustered.config, gemm_tcgen05_kernel<BN>, tmA, tmB, C, M, N, K, splits);
 }
 
 }  // namespace
