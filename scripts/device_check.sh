@@ -2,8 +2,9 @@
 # One device call: the GPU tests, the main job on the core GEMM task with every stage (also once in the
 # sandbox), the controls, and probes. From the repository root on the GPU machine (no registry):
 #   bash scripts/device_check.sh          # all of that
-#   bash scripts/device_check.sh bench    # the reference kernels against the vendor libraries (see MEASUREMENTS.md):
-#                                         # GEMM on every (N, K) pair at the largest M, attention forward at S 4096
+#   bash scripts/device_check.sh table    # the reference kernels against the vendor libraries on every task and shape
+#                                         # of gemm, attention_fwd, attention_bwd (scripts/bench_reference.py table)
+#   bash scripts/device_check.sh bench FAMILY [KERNEL.cu ...] [-k WORDS] ...   # scripts/bench_reference.py FAMILY ...
 #   bash scripts/device_check.sh attention  # the reference attention kernels, d128 at S 4096, every stage
 #   bash scripts/device_check.sh baselines  # FlashInfer as the baseline, cuDNN's backward under the task's check
 #   bash scripts/device_check.sh triton     # the Triton references at the core shapes, every stage
@@ -11,9 +12,9 @@
 #   bash scripts/device_check.sh decode     # the paged decode reference at its core shapes against FlashInfer
 #                                           # (FlashInfer's wheels carried in .whl-flashinfer/)
 #   bash scripts/device_check.sh paged      # both paged families' references at their first visible shape, every
-#                                           # stage; `paged bench`: scripts/bench_paged.py on every task and shape
-#   bash scripts/device_check.sh prefill [KERNEL.cu ...] [-k WORD] [--no-baseline]
-#                                           # scripts/bench_paged.py on the prefill family: kernel variants side by side
+#                                           # stage; `paged bench`: scripts/bench_reference.py on every task and shape
+#   bash scripts/device_check.sh prefill [KERNEL.cu ...] [-k WORDS] [--no-baseline]
+#                                           # scripts/bench_reference.py on the prefill family: variants side by side
 # Needs the cupti-python wheel carried in .whl/ (see README). Logs go under $OUT (or ./device-out);
 # a short table is printed last.
 set -uo pipefail
@@ -22,10 +23,10 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-if [ "${1:-}" = bench ]; then
-  python3 scripts/bench_reference.py gemm > "$out/bench-gemm.log" 2>&1; echo "gemm rc=$?"
-  python3 scripts/bench_reference.py attention_fwd > "$out/bench-attention-fwd.log" 2>&1; echo "attention_fwd rc=$?"
-  tail -n 18 "$out/bench-gemm.log"; tail -n 9 "$out/bench-attention-fwd.log"
+if [ "${1:-}" = table ] || [ "${1:-}" = bench ]; then
+  [ "$1" = bench ] && shift
+  python3 scripts/bench_reference.py "$@" > "$out/bench.log" 2>&1; echo "bench rc=$?"
+  sed -n '/^== \(failures\|all checks passed\)/,$p' "$out/bench.log"
   exit 0
 fi
 if [ "${1:-}" = baselines ]; then
@@ -68,8 +69,8 @@ if [ "${1:-}" = paged ]; then
   export FLASHINFER_WORKSPACE_BASE=/tmp/flashinfer
   if [ "${2:-}" = bench ]; then
     for family in gqa_paged_decode gqa_paged_prefill; do
-      python3 scripts/bench_paged.py "$family" > "$out/bench-$family.log" 2>&1; echo "$family rc=$?"
-      sed -n '/^== /,$p' "$out/bench-$family.log"
+      python3 scripts/bench_reference.py "$family" > "$out/bench-$family.log" 2>&1; echo "$family rc=$?"
+      sed -n '/^== \(failures\|all checks passed\)/,$p' "$out/bench-$family.log"
     done
     exit 0
   fi
@@ -84,8 +85,8 @@ if [ "${1:-}" = prefill ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl-flashinfer/*.whl
   export FLASHINFER_WORKSPACE_BASE=/tmp/flashinfer
   shift
-  python3 scripts/bench_paged.py gqa_paged_prefill "$@" > "$out/bench-prefill.log" 2>&1; echo "prefill rc=$?"
-  sed -n '/^== /,$p' "$out/bench-prefill.log"
+  python3 scripts/bench_reference.py gqa_paged_prefill "$@" > "$out/bench-prefill.log" 2>&1; echo "prefill rc=$?"
+  sed -n '/^== \(failures\|all checks passed\)/,$p' "$out/bench-prefill.log"
   exit 0
 fi
 if [ "${1:-}" = attention ]; then

@@ -27,7 +27,7 @@ PLANTED = KERNELS / "planted"  # cheating candidates, one per reward hack
 REFERENCE_GEMM = (TASKS / "reference" / "h100" / "gemm.cu").read_text()  # the Hopper reference, as a model reply
 
 # Planted variants of the reference GEMM: edits that must reach every path of its launcher (the GPU suite's
-# n128 shape takes the small-N path, the core shape the large-N one); tests/test_stages_toolchain.py checks on
+# n128 shape takes the BN = 128 kernel, the core shape the large-tile one); tests/test_stages_toolchain.py checks on
 # CPU that nothing is left unedited.
 _LARGE_ENCODE = "if (!encode_kmajor(&tmap_a, A, M, K, BM) || !encode_kmajor(&tmap_b, B, N, K, BN))\n        return cudaErrorInvalidValue;"
 _SMALL_ENCODE = (

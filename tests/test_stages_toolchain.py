@@ -48,7 +48,7 @@ def test_the_gpu_suites_planted_gemm_variants_reach_every_path(
 ) -> None:
     """The GPU suite plants these variants at a shape whose path CI cannot run: what each cheat changes must
     be gone from every path of the reference, or a new path would turn the planted cheat into an honest
-    kernel there (as the small-N path once did). The variants still build and pass inspect."""
+    kernel there (as the BN = 128 kernel once did). The variants still build and pass inspect."""
     assert re.search(left, REFERENCE_GEMM, re.M)
     variant = planted_variant(edits)
     assert not re.search(left, variant, re.M), "a path of the reference escaped the planted edit"

@@ -1,19 +1,22 @@
 // Reference Hopper (sm_90a) bf16 GEMM: C[M,N] = A[M,K] · B[N,K]^T, fp32 accumulation, bf16 output.
-// Two paths inside the one launcher, chosen from (M, N, K) and the SM count:
+// Two kernels inside the one launcher. It prices three plans in one rough cost model (SM clocks per k-step of
+// a tile, reductions, launches, a DRAM floor; constants fitted on the H200 across every (N, K, M) of the
+// task file) and runs the cheapest: the large-tile kernel (N > 256 only), or the BN = 128 kernel at either
+// of its two tile heights. The BN = 128 kernel wins where the 128x256 tiles are too few for the SMs: small M
+// (e.g. M <= 232 at N = 7168, where split-K through atomics is the large kernel's only recourse).
 //
-// Large-N path (N > 256): persistent 128x256 tiles in grouped order, 1 TMA producer + 2 consumer warpgroups,
+// Large-tile kernel: persistent 128x256 tiles in grouped order, 1 TMA producer + 2 consumer warpgroups,
 // wgmma.m64n256k16, a 4-stage mbarrier ring; split-K through the fp32 workspace when the tiles fill under half
 // the SMs (a zero kernel, atomics, a rounding kernel).
 //
-// Small-N path (N <= 256):
+// BN = 128 kernel (every N <= 256, and N > 256 where the model prefers it):
 //  * BN = 128 (wgmma.m64n128k16, 64 fp32 accumulators per thread). At N = 128 the large path's BN = 256 tile
 //    wastes half of every wgmma and half of the B traffic; at N = 256 two 128-wide n-tiles double the tile
 //    count, which is what the small-M shapes need anyway.
 //  * Two tile heights, both with a TMA producer warpgroup:
 //      cfg A: BM = 64,  1 consumer warpgroup, 256 threads, 8-stage ring of 24 KB;
 //      cfg B: BM = 128, 2 consumer warpgroups, 384 threads, 5-stage ring of 32 KB.
-//    The launcher picks the one a small cost model (clocks per k-step, DRAM floor, reduction and launch costs)
-//    prefers for (M, N, K, SM count): N = 128 mostly takes A (memory-bound, no reduction needed at M = 8192,
+//    The cost model picks between them: N = 128 mostly takes A (memory-bound, no reduction needed at M = 8192,
 //    128 tiles), N = 256 at M >= ~900 takes B (twice the work per B byte loaded, 128 tiles at M = 8192).
 //  * Split-K across the CTAs of a thread-block CLUSTER (cluster = the S <= 8 K-slices of one tile) with the
 //    reduction through distributed shared memory: each CTA writes its fp32 partial tile into its own shared
@@ -197,8 +200,24 @@ bool encode_kmajor(CUtensorMap* map, const void* ptr, int rows, int K, int box_r
                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// Cost model, in SM clocks (fitted guesses, see the header): one k-step of a tile per kernel and tile height, a
+// cluster reduction, one extra launch, one fp32 atomic of a split-K partial (per SM), DRAM bytes per clock.
+constexpr double STEP_CLK_LARGE = 760.0;  // 128x256x64: twice the tensor work of 128x128x64, fewer bytes per FLOP
+constexpr double STEP_CLK_A = 384.0;      // 64x128x64: 256 clk of tensor work, bound by 24 KB of operands
+constexpr double STEP_CLK_B = 560.0;      // 128x128x64: 512 clk of tensor work, 32 KB of operands
+constexpr double RED_CLK_A = 1000.0;
+constexpr double RED_CLK_B = 1600.0;
+constexpr double LAUNCH_CLK = 2000.0;
+constexpr double ATOMIC_CLK = 2.0;
+constexpr double DRAM_BYTES_PER_CLK = 2000.0;
+
+// The DRAM floor of any plan: A, B and C each moved once.
+double dram_clk(int M, int N, int K) {
+    return 2.0 * ((double)M * K + (double)N * K + (double)M * N) / DRAM_BYTES_PER_CLK;
+}
+
 // ------------------------------------------------------------------------------------------------------------
-// Large-N path: the persistent 128x256 kernel
+// Large-tile kernel: persistent 128x256 tiles
 // ------------------------------------------------------------------------------------------------------------
 namespace large {
 
@@ -343,34 +362,46 @@ __global__ void round_partial(const float2* __restrict__ partial, __nv_bfloat162
     }
 }
 
-// The large-N launch, after the argument checks.
+long long tile_count(int M, int N) { return (long long)((M + BM - 1) / BM) * ((N + BN - 1) / BN); }
+
+// Split-K ways: 1 unless the tiles fill under half the SMs and the workspace holds an fp32 partial of C.
+long long split_for(int M, int N, int K, int sms, const void* workspace, size_t workspace_bytes) {
+    const long long tiles = tile_count(M, N);
+    if (2 * tiles > sms || !workspace || workspace_bytes < (size_t)M * N * sizeof(float) ||
+        (reinterpret_cast<uintptr_t>(workspace) & 15))
+        return 1;
+    long long splits = sms / tiles;
+    const long long most = (K + BK - 1) / BK / MIN_K_ITERS;
+    if (splits > most) splits = most;
+    if (splits > MAX_SPLITS) splits = MAX_SPLITS;
+    return splits < 1 ? 1 : splits;
+}
+
+// The launch's cost in the model's clocks: whole waves of (tile, K slice) units, plus the split-K extras.
+double cost(int M, int N, int K, int sms, const void* workspace, size_t workspace_bytes) {
+    const long long splits = split_for(M, N, K, sms, workspace, workspace_bytes);
+    const long long waves = (tile_count(M, N) * splits + sms - 1) / sms;
+    const long long steps = ((K + BK - 1) / BK + splits - 1) / splits;
+    double clk = (double)waves * steps * STEP_CLK_LARGE;
+    if (splits > 1) clk += 2 * LAUNCH_CLK + ATOMIC_CLK * (double)M * N * splits / sms;
+    const double dram = dram_clk(M, N, K);
+    return clk > dram ? clk : dram;
+}
+
+// The launch, after the argument checks.
 cudaError_t launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K,
-                   void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+                   void* workspace, size_t workspace_bytes, int sms, cudaStream_t stream) {
     CUtensorMap tmap_a, tmap_b;
     if (!encode_kmajor(&tmap_a, A, M, K, BM) || !encode_kmajor(&tmap_b, B, N, K, BN))
         return cudaErrorInvalidValue;
-
-    int dev = 0, sms = 0;
-    cudaError_t err = cudaGetDevice(&dev);
-    if (err != cudaSuccess) return err;
-    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (err != cudaSuccess) return err;
-    err = cudaFuncSetAttribute(gemm_bf16_tn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM_BYTES);
+    cudaError_t err =
+        cudaFuncSetAttribute(gemm_bf16_tn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM_BYTES);
     if (err != cudaSuccess) return err;
 
-    const long long tiles = (long long)((M + BM - 1) / BM) * ((N + BN - 1) / BN);
     const size_t elements = (size_t)M * N;
     float* partial = static_cast<float*>(workspace);
-    long long splits = 1;
-    if (2 * tiles <= sms && partial && workspace_bytes >= elements * sizeof(float) &&
-        !(reinterpret_cast<uintptr_t>(partial) & 15)) {
-        const long long most = (K + BK - 1) / BK / MIN_K_ITERS;
-        splits = sms / tiles;
-        if (splits > most) splits = most;
-        if (splits > MAX_SPLITS) splits = MAX_SPLITS;
-        if (splits < 1) splits = 1;
-    }
-    const long long units = tiles * splits;
+    const long long splits = split_for(M, N, K, sms, workspace, workspace_bytes);
+    const long long units = tile_count(M, N) * splits;
     const int grid = (int)(units < sms ? units : sms);
     if (splits > 1) {
         zero_partial<<<2 * sms, 256, 0, stream>>>(reinterpret_cast<float4*>(partial), elements / 4);
@@ -388,9 +419,9 @@ cudaError_t launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16
 }  // namespace large
 
 // ------------------------------------------------------------------------------------------------------------
-// Small-N path (N <= 256): BN = 128 tiles, cluster split-K reduced through distributed shared memory
+// BN = 128 kernel: two tile heights, cluster split-K reduced through distributed shared memory
 // ------------------------------------------------------------------------------------------------------------
-namespace smalln {
+namespace narrow {
 
 constexpr int BN = 128, BK = 64;       // BK * 2 bytes = 128 B = one swizzle row
 constexpr int MAX_SPLITS = 8;          // portable cluster size
@@ -426,7 +457,7 @@ __device__ __forceinline__ int partial_index(int r, int c) { return r * BN + (c 
 //              its CTA of rank r the k-steps [r * k_iters / splits, (r + 1) * k_iters / splits).
 template <int CW, int STAGES>
 __global__ void __launch_bounds__(Cfg<CW, STAGES>::THREADS, 1)
-gemm_smalln_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+gemm_narrow_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                    __nv_bfloat16* __restrict__ C, int M, int N, int K, int tile_begin, int num_tiles, int splits) {
     using G = Cfg<CW, STAGES>;
     constexpr int BM = G::BM;
@@ -610,14 +641,6 @@ gemm_smalln_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_cons
 
 // ---------------- host side ----------------
 
-// Rough cost model, in SM clocks (tunable guesses, see the header): one k-step of a tile, the cluster
-// reduction, one extra launch, and DRAM bytes per clock of the whole GPU.
-constexpr double STEP_CLK_A = 384.0;     // 64x128x64: 256 clk of tensor work, bound by 24 KB of operands
-constexpr double STEP_CLK_B = 560.0;     // 128x128x64: 512 clk of tensor work, 32 KB of operands
-constexpr double RED_CLK_A = 1000.0;
-constexpr double RED_CLK_B = 1600.0;
-constexpr double LAUNCH_CLK = 2000.0;
-constexpr double DRAM_BYTES_PER_CLK = 2000.0;
 constexpr int MAX_DEVICES = 64;
 
 struct Plan {
@@ -633,7 +656,7 @@ template <int CW, int STAGES>
 struct Path {
     using G = Cfg<CW, STAGES>;
 
-    static void* kernel() { return reinterpret_cast<void*>(gemm_smalln_kernel<CW, STAGES>); }
+    static void* kernel() { return reinterpret_cast<void*>(gemm_narrow_kernel<CW, STAGES>); }
 
     // Clusters of `s` CTAs resident at once (s = 1: the SM count), cached per device; a failed query is
     // replaced by sms / s (the hardware then runs any excess in a later wave: slower, never wrong).
@@ -654,7 +677,7 @@ struct Path {
         config.attrs = attribute;
         config.numAttrs = 1;
         int clusters = 0;
-        if (cudaOccupancyMaxActiveClusters(&clusters, gemm_smalln_kernel<CW, STAGES>, &config) != cudaSuccess ||
+        if (cudaOccupancyMaxActiveClusters(&clusters, gemm_narrow_kernel<CW, STAGES>, &config) != cudaSuccess ||
             clusters <= 0) {
             cudaGetLastError();                               // clear the failed query's error
             clusters = sms / s;
@@ -678,7 +701,7 @@ struct Path {
         int most = k_iters / MIN_K_ITERS;
         if (most > MAX_SPLITS) most = MAX_SPLITS;
         if (most < 1) most = 1;
-        const double dram = 2.0 * ((double)M * K + (double)N * K + (double)M * N) / DRAM_BYTES_PER_CLK;
+        const double dram = dram_clk(M, N, K);
         double cost;
         if (tiles < sms) {
             p.head_tiles = tiles;
@@ -719,7 +742,7 @@ struct Path {
             config.attrs = attribute;
             config.numAttrs = 1;
         }
-        return cudaLaunchKernelEx(&config, gemm_smalln_kernel<CW, STAGES>, ta, tb, C, M, N, K, tile_begin, tiles,
+        return cudaLaunchKernelEx(&config, gemm_narrow_kernel<CW, STAGES>, ta, tb, C, M, N, K, tile_begin, tiles,
                                   splits);
     }
 
@@ -737,28 +760,7 @@ struct Path {
 using PathA = Path<1, 8>;   // BM = 64,  8 stages: 1 KB + 192 KB ring + 128 B + 32 KB partial = 230,528 B
 using PathB = Path<2, 5>;   // BM = 128, 5 stages: 1 KB + 160 KB ring + 128 B + 64 KB partial = 230,528 B
 
-cudaError_t launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K,
-                   cudaStream_t stream) {
-    int dev = 0, sms = 0;
-    cudaError_t err = cudaGetDevice(&dev);
-    if (err != cudaSuccess) return err;
-    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (err != cudaSuccess) return err;
-    if (sms < 1) sms = 1;
-    err = cudaFuncSetAttribute(PathA::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)PathA::G::SMEM_BYTES);
-    if (err != cudaSuccess) return err;
-    err = cudaFuncSetAttribute(PathB::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)PathB::G::SMEM_BYTES);
-    if (err != cudaSuccess) return err;
-
-    const Plan a = PathA::plan(dev, sms, M, N, K, STEP_CLK_A, RED_CLK_A);
-    const Plan b = PathB::plan(dev, sms, M, N, K, STEP_CLK_B, RED_CLK_B);
-    if (b.cost < a.cost) return PathB::run(b, A, B, C, M, N, K, stream);
-    return PathA::run(a, A, B, C, M, N, K, stream);
-}
-
-}  // namespace smalln
+}  // namespace narrow
 
 }  // namespace
 
@@ -769,6 +771,26 @@ extern "C" cudaError_t ptxbench_gemm(const __nv_bfloat16* A, const __nv_bfloat16
         (reinterpret_cast<uintptr_t>(A) & 15) || (reinterpret_cast<uintptr_t>(B) & 15) ||
         (reinterpret_cast<uintptr_t>(C) & 3))
         return cudaErrorInvalidValue;
-    if (N <= 256) return smalln::launch(A, B, C, M, N, K, stream);
-    return large::launch(A, B, C, M, N, K, workspace, workspace_bytes, stream);
+    int dev = 0, sms = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err != cudaSuccess) return err;
+    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (err != cudaSuccess) return err;
+    if (sms < 1) sms = 1;
+    // The occupancy queries behind the BN = 128 plans need the kernels' shared-memory size set first.
+    err = cudaFuncSetAttribute(narrow::PathA::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)narrow::PathA::G::SMEM_BYTES);
+    if (err != cudaSuccess) return err;
+    err = cudaFuncSetAttribute(narrow::PathB::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)narrow::PathB::G::SMEM_BYTES);
+    if (err != cudaSuccess) return err;
+
+    const narrow::Plan a = narrow::PathA::plan(dev, sms, M, N, K, STEP_CLK_A, RED_CLK_A);
+    const narrow::Plan b = narrow::PathB::plan(dev, sms, M, N, K, STEP_CLK_B, RED_CLK_B);
+    const double narrow_cost = b.cost < a.cost ? b.cost : a.cost;
+    // At N <= 256 a 256-wide tile would waste MMA work and B traffic the model does not see.
+    if (N > 256 && large::cost(M, N, K, sms, workspace, workspace_bytes) <= narrow_cost)
+        return large::launch(A, B, C, M, N, K, workspace, workspace_bytes, sms, stream);
+    if (b.cost < a.cost) return narrow::PathB::run(b, A, B, C, M, N, K, stream);
+    return narrow::PathA::run(a, A, B, C, M, N, K, stream);
 }
