@@ -6,8 +6,10 @@
 // (e.g. M <= 232 at N = 7168, where split-K through atomics is the large kernel's only recourse).
 //
 // Large-tile kernel: persistent 128x256 tiles in grouped order, 1 TMA producer + 2 consumer warpgroups,
-// wgmma.m64n256k16, a 4-stage mbarrier ring; split-K through the fp32 workspace when the tiles fill under half
-// the SMs (a zero kernel, atomics, a rounding kernel).
+// wgmma.m64n256k16, a 4-stage mbarrier ring. A finished tile is rounded to bf16 pairs held in registers and
+// stored once the next tile's first wgmmas are issued, so its stores run under tensor work (1-2% at the large
+// shapes). Split-K through the fp32 workspace when the tiles fill under half the SMs (a zero kernel, atomics,
+// a rounding kernel).
 //
 // BN = 128 kernel (every N <= 256, and N > 256 where the model prefers it):
 //  * BN = 128 (wgmma.m64n128k16, 64 fp32 accumulators per thread). At N = 128 the large path's BN = 256 tile
@@ -245,6 +247,19 @@ __device__ __forceinline__ void tile_origin(int t, int num_m, int num_n, int& m0
     n0 = (r / band_m) * BN;
 }
 
+// One thread's bf16 pairs of a finished tile (see `held` below), bounds-checked.
+__device__ __forceinline__ void store_held(__nv_bfloat16* C, const uint32_t (&held)[64], int row, int col0, int M,
+                                           int N) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        const int col = col0 + 8 * j;
+        if (col >= N) continue;                              // N even, col even: col + 1 < N too
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            if (row + 8 * h < M) *reinterpret_cast<uint32_t*>(C + (size_t)(row + 8 * h) * N + col) = held[2 * j + h];
+    }
+}
+
 __global__ void __launch_bounds__(THREADS, 1)
 gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                     __nv_bfloat16* __restrict__ C, float* __restrict__ partial, int M, int N, int K, int splits) {
@@ -296,6 +311,11 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
         const int cw = wg - 1;                              // rows [64*cw, 64*cw+64) of the tile
         const int warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
         float acc[128];
+        // The previous tile's results as bf16 pairs, stored while the next tile's first wgmmas run (held_row < 0:
+        // none held): held[2j + h] is row held_row + 8h, columns held_col + 8j, + 1.
+        uint32_t held[64];
+        int held_row = -1, held_col = 0;
+        const int row_in_tile = cw * 64 + warp * 16 + lane / 4, col_in_tile = 2 * (lane & 3);
         int s = 0;
         uint32_t phase = 0;
         for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
@@ -312,6 +332,10 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
                 for (int kk = 0; kk < BK / 16; ++kk)        // +32 B along K = +2 in the descriptor
                     wgmma_m64n256k16(acc, da + 2 * kk, db + 2 * kk, (k > k_begin || kk > 0) ? 1u : 0u);
                 wgmma_commit();
+                if (held_row >= 0) {                        // under the tensor cores' first k-step of this tile
+                    store_held(C, held, held_row, held_col, M, N);
+                    held_row = -1;
+                }
                 // Keep one k-step in flight; the previous one has now retired, so free its stage.
                 wgmma_wait<1>();
                 fence_acc(acc);
@@ -325,8 +349,17 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
 
             // Epilogue. Accumulator layout of m64nNk16: d[4j + 2h + e] is row 16*warp + lane/4 + 8h,
             // column 8j + 2*(lane%4) + e.
-            const int row = m0 + cw * 64 + warp * 16 + lane / 4;
-            const int col0 = n0 + 2 * (lane & 3);
+            const int row = m0 + row_in_tile, col0 = n0 + col_in_tile;
+            if (splits == 1) {                               // held until the next tile's first k-step is issued
+#pragma unroll
+                for (int i = 0; i < 64; ++i) {
+                    const __nv_bfloat162 pair = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
+                    held[i] = *reinterpret_cast<const uint32_t*>(&pair);
+                }
+                held_row = row;
+                held_col = col0;
+                continue;
+            }
 #pragma unroll
             for (int j = 0; j < BN / 8; ++j) {
                 const int col = col0 + 8 * j;
@@ -335,17 +368,13 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
                     for (int h = 0; h < 2; ++h) {
                         const int r = row + 8 * h;
                         if (r >= M) continue;
-                        if (splits == 1) {
-                            *reinterpret_cast<__nv_bfloat162*>(C + (size_t)r * N + col) =
-                                __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-                        } else {
-                            atomicAdd(partial + (size_t)r * N + col, acc[4 * j + 2 * h]);
-                            atomicAdd(partial + (size_t)r * N + col + 1, acc[4 * j + 2 * h + 1]);
-                        }
+                        atomicAdd(partial + (size_t)r * N + col, acc[4 * j + 2 * h]);
+                        atomicAdd(partial + (size_t)r * N + col + 1, acc[4 * j + 2 * h + 1]);
                     }
                 }
             }
         }
+        if (held_row >= 0) store_held(C, held, held_row, held_col, M, N);
     }
 }
 
