@@ -5,6 +5,8 @@
 #   bash scripts/device_check.sh table    # the reference kernels against the vendor libraries on every task and shape
 #                                         # of gemm, attention_fwd, attention_bwd (scripts/bench_reference.py table)
 #   bash scripts/device_check.sh bench FAMILY [KERNEL.cu ...] [-k WORDS] ...   # scripts/bench_reference.py FAMILY ...
+#   bash scripts/device_check.sh harness FAMILY KERNEL.cu ... -k EXPR   # each kernel file through the harness as the
+#                                         # family's candidate (--ptx-model=file:), on the tests EXPR selects
 #   bash scripts/device_check.sh attention  # the reference attention kernels, d128 at S 4096, every stage
 #   bash scripts/device_check.sh baselines  # FlashInfer as the baseline, cuDNN's backward under the task's check
 #   bash scripts/device_check.sh triton     # the Triton references at the core shapes, every stage
@@ -27,6 +29,18 @@ if [ "${1:-}" = table ] || [ "${1:-}" = bench ]; then
   [ "$1" = bench ] && shift
   python3 scripts/bench_reference.py "$@" > "$out/bench.log" 2>&1; echo "bench rc=$?"
   sed -n '/^== \(failures\|all checks passed\)/,$p' "$out/bench.log"
+  exit 0
+fi
+if [ "${1:-}" = harness ]; then
+  family=$2; shift 2; kernels=()
+  while [ $# -gt 0 ] && [ "$1" != -k ]; do kernels+=("$1"); shift; done
+  expr=${2:?"harness FAMILY KERNEL.cu ... -k EXPR"}
+  for i in "${!kernels[@]}"; do
+    folder=/tmp/variants/$i; rm -rf "$folder"; mkdir -p "$folder"; cp "${kernels[$i]}" "$folder/$family.cu"
+    python3 -m pytest tasks --ptx-model="file:$folder" -k "$family and ($expr)" --ptx-shapes=all -rA \
+      -p no:cacheprovider --ptx-out="/tmp/harness-$i" > "$out/harness-$i.log" 2>&1; echo "${kernels[$i]} rc=$?"
+    sed -n '/= ptxbench =/,/^$/p' "$out/harness-$i.log" | grep -E "^$family|geometric"
+  done
   exit 0
 fi
 if [ "${1:-}" = baselines ]; then
