@@ -20,7 +20,8 @@
 //    wgmma n64 reads one panel; 8-key atoms are 1024 B apart.
 //  * Causal: CTAs take query blocks from the last (longest) to the first; key blocks past the diagonal
 //    are not loaded; a consumer warpgroup whose rows are all above a block skips its arithmetic.
-//  * Epilogue: O scaled by 1/l and stored as bf16 pairs from the accumulators; LSE = (m + log2 l)·ln 2.
+//  * Epilogue: O scaled by 1/l, rounded to bf16 and transposed within each quad of lanes so that every lane
+//    stores 16 B row pieces (pack_pieces); LSE = (m + log2 l)·ln 2.
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda.h>
@@ -47,6 +48,64 @@ struct Config {
     static constexpr uint32_t KV_BYTES = DP * PANEL_KV;   // one K or V block
     static constexpr size_t SMEM = 1024 + Q_BYTES + 2 * STAGES * KV_BYTES + (1 + 4 * STAGES) * 8;
 };
+
+// The bf16 pair (lo, hi) as one 32-bit word, lo in the low half.
+__device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&pair);
+}
+
+// A consumer warpgroup's finished 64 x (16 * PIECES) accumulator tile, rounded to bf16 in 16 B row pieces. In the
+// m64nNk16 layout a quad of lanes (one row pair) holds each 8-column group as four bf16 pairs, one per lane; two
+// shuffle rounds transpose the quad's groups 4i .. 4i+3 so that lane q = lane % 4 holds all of group 4i + q:
+// piece[i][h] is row 16*warp + lane/4 + 8h, columns 32i + 8q .. + 7. A 16 B store per piece replaces four 4 B
+// stores (1-4% of this kernel's time on the H200; the same helper as the GEMM reference's, kept in both so that each
+// reference stays one self-contained file).
+template <int R, int PIECES>
+__device__ __forceinline__ void pack_pieces(const float (&d)[R], uint4 (&piece)[PIECES][2], int q) {
+    static_assert(R == 16 * PIECES, "16 accumulators per piece and row pair");
+#pragma unroll
+    for (int i = 0; i < PIECES; ++i) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            uint32_t x[4];   // x[s]: this lane's pair of group 4i + s, then the pair of lane s in group 4i + q
+#pragma unroll
+            for (int s = 0; s < 4; ++s) x[s] = bf16_pair(d[4 * (4 * i + s) + 2 * h], d[4 * (4 * i + s) + 2 * h + 1]);
+#pragma unroll
+            for (int bit = 1; bit <= 2; bit <<= 1) {   // swap with lane q ^ bit the slots whose bit differs from q's
+                const bool up = q & bit;
+                const uint32_t lo = __shfl_xor_sync(0xffffffffu, up ? x[0] : x[bit], bit);
+                const uint32_t hi = __shfl_xor_sync(0xffffffffu, up ? x[3 - bit] : x[3], bit);
+                if (up) {
+                    x[0] = lo;
+                    x[3 - bit] = hi;
+                } else {
+                    x[bit] = lo;
+                    x[3] = hi;
+                }
+            }
+            piece[i][h] = make_uint4(x[0], x[1], x[2], x[3]);
+        }
+    }
+}
+
+// Stores parts [first, end) of PARTS equal parts of a packed tile (see pack_pieces), bounds-checked; row and col
+// are the thread's piece [0][0]. N % 8 == 0, so a piece is either wholly inside N or wholly outside.
+template <int PARTS, int PIECES>
+__device__ __forceinline__ void store_pieces(__nv_bfloat16* C, const uint4 (&piece)[PIECES][2], int row, int col,
+                                             int M, int N, int first, int end) {
+#pragma unroll
+    for (int p = 0; p < PARTS; ++p) {
+        if (p < first || p >= end) continue;
+#pragma unroll
+        for (int i = p * PIECES / PARTS; i < (p + 1) * PIECES / PARTS; ++i) {
+            if (col + 32 * i >= N) continue;
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                if (row + 8 * h < M) *reinterpret_cast<uint4*>(C + (size_t)(row + 8 * h) * N + col + 32 * i) = piece[i][h];
+        }
+    }
+}
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
@@ -418,27 +477,25 @@ attention_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_co
     }
 
     // ---------------- epilogue ----------------
+    float inv[2], total[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        float total = l[h];
-        total += __shfl_xor_sync(0xffffffff, total, 1);
-        total += __shfl_xor_sync(0xffffffff, total, 2);
-        const int r = row + 8 * h;
-        if (r < S) {
-            const float inv = total > 0.f ? 1.f / total : 0.f;
-            __nv_bfloat16* out = O + ((size_t)bh * S + r) * C::D;
-#pragma unroll
-            for (int p = 0; p < DP; ++p)
-#pragma unroll
-                for (int j = 0; j < 8; ++j) {
-                    const int col = 64 * p + 8 * j + 2 * (lane & 3);
-                    if (col < C::D)
-                        *reinterpret_cast<__nv_bfloat162*>(out + col) =
-                            __floats2bfloat162_rn(o[p][4 * j + 2 * h] * inv, o[p][4 * j + 2 * h + 1] * inv);
-                }
-            if ((lane & 3) == 0) LSE[(size_t)bh * S + r] = (m[h] + log2f(total)) * LN2;
-        }
+        total[h] = l[h];
+        total[h] += __shfl_xor_sync(0xffffffff, total[h], 1);
+        total[h] += __shfl_xor_sync(0xffffffff, total[h], 2);
+        inv[h] = total[h] > 0.f ? 1.f / total[h] : 0.f;
     }
+#pragma unroll
+    for (int p = 0; p < DP; ++p) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) o[p][i] *= inv[(i >> 1) & 1];
+        uint4 piece[2][2];
+        pack_pieces(o[p], piece, lane & 3);
+        store_pieces<1>(O + (size_t)bh * S * C::D, piece, row, 64 * p + 8 * (lane & 3), S, C::D, 0, 1);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+        if (row + 8 * h < S && (lane & 3) == 0) LSE[(size_t)bh * S + row + 8 * h] = (m[h] + log2f(total[h])) * LN2;
 }
 
 // [B*H, S, D] bf16 tensor, box {64 columns, rows, 1 head}, 128B swizzle, out-of-bounds reads as zero.
@@ -481,7 +538,7 @@ extern "C" cudaError_t ptxbench_attention_fwd(const __nv_bfloat16* Q, const __nv
     const long long heads = (long long)B * H;
     if (B <= 0 || H <= 0 || S <= 0 || heads > 65535 || !Q || !K || !V || !O || !LSE ||
         ((reinterpret_cast<uintptr_t>(Q) | reinterpret_cast<uintptr_t>(K) | reinterpret_cast<uintptr_t>(V)) & 15) ||
-        (reinterpret_cast<uintptr_t>(O) & 3))
+        (reinterpret_cast<uintptr_t>(O) & 15))   // O is written in 16 B row pieces
         return cudaErrorInvalidValue;
     switch (D) {
         case 64: return launch<64>(Q, K, V, O, LSE, (int)heads, S, causal, scale, stream);

@@ -6,10 +6,11 @@
 // (e.g. M <= 232 at N = 7168, where split-K through atomics is the large kernel's only recourse).
 //
 // Large-tile kernel: persistent 128x256 tiles in grouped order, 1 TMA producer + 2 consumer warpgroups,
-// wgmma.m64n256k16, a 4-stage mbarrier ring. A finished tile is rounded to bf16 pairs held in registers and
-// stored once the next tile's first wgmmas are issued, so its stores run under tensor work (1-2% at the large
-// shapes). Split-K through the fp32 workspace when the tiles fill under half the SMs (a zero kernel, atomics,
-// a rounding kernel).
+// wgmma.m64n256k16, a 4-stage mbarrier ring. A finished tile is rounded to bf16, transposed inside each quad of
+// lanes into 16 B row pieces, held in registers, and stored a quarter under each of the next tile's first four
+// k-steps, so that its stores run under tensor work and never fill the store queue at once (the 4 B stores of
+// one burst had cost 5-8% at M 8192). Split-K through the fp32 workspace when the tiles fill under half the SMs
+// (a zero kernel, atomics, a rounding kernel).
 //
 // BN = 128 kernel (every N <= 256, and N > 256 where the model prefers it):
 //  * BN = 128 (wgmma.m64n128k16, 64 fp32 accumulators per thread). At N = 128 the large path's BN = 256 tile
@@ -150,6 +151,63 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t da, ui
         : "l"(da), "l"(db), "r"(scale_d));
 }
 
+// The bf16 pair (lo, hi) as one 32-bit word, lo in the low half.
+__device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&pair);
+}
+
+// A consumer warpgroup's finished 64 x (16 * PIECES) accumulator tile, rounded to bf16 in 16 B row pieces. In the
+// m64nNk16 layout a quad of lanes (one row pair) holds each 8-column group as four bf16 pairs, one per lane; two
+// shuffle rounds transpose the quad's groups 4i .. 4i+3 so that lane q = lane % 4 holds all of group 4i + q:
+// piece[i][h] is row 16*warp + lane/4 + 8h, columns 32i + 8q .. + 7. A 16 B store per piece replaces four 4 B
+// stores; the 4 B stores had cost the large kernel 5-8% at M 8192 (issue slots and store queue under the wgmmas).
+template <int R, int PIECES>
+__device__ __forceinline__ void pack_pieces(const float (&d)[R], uint4 (&piece)[PIECES][2], int q) {
+    static_assert(R == 16 * PIECES, "16 accumulators per piece and row pair");
+#pragma unroll
+    for (int i = 0; i < PIECES; ++i) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            uint32_t x[4];   // x[s]: this lane's pair of group 4i + s, then the pair of lane s in group 4i + q
+#pragma unroll
+            for (int s = 0; s < 4; ++s) x[s] = bf16_pair(d[4 * (4 * i + s) + 2 * h], d[4 * (4 * i + s) + 2 * h + 1]);
+#pragma unroll
+            for (int bit = 1; bit <= 2; bit <<= 1) {   // swap with lane q ^ bit the slots whose bit differs from q's
+                const bool up = q & bit;
+                const uint32_t lo = __shfl_xor_sync(0xffffffffu, up ? x[0] : x[bit], bit);
+                const uint32_t hi = __shfl_xor_sync(0xffffffffu, up ? x[3 - bit] : x[3], bit);
+                if (up) {
+                    x[0] = lo;
+                    x[3 - bit] = hi;
+                } else {
+                    x[bit] = lo;
+                    x[3] = hi;
+                }
+            }
+            piece[i][h] = make_uint4(x[0], x[1], x[2], x[3]);
+        }
+    }
+}
+
+// Stores parts [first, end) of PARTS equal parts of a packed tile (see pack_pieces), bounds-checked; row and col
+// are the thread's piece [0][0]. N % 8 == 0, so a piece is either wholly inside N or wholly outside.
+template <int PARTS, int PIECES>
+__device__ __forceinline__ void store_pieces(__nv_bfloat16* C, const uint4 (&piece)[PIECES][2], int row, int col,
+                                             int M, int N, int first, int end) {
+#pragma unroll
+    for (int p = 0; p < PARTS; ++p) {
+        if (p < first || p >= end) continue;
+#pragma unroll
+        for (int i = p * PIECES / PARTS; i < (p + 1) * PIECES / PARTS; ++i) {
+            if (col + 32 * i >= N) continue;
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                if (row + 8 * h < M) *reinterpret_cast<uint4*>(C + (size_t)(row + 8 * h) * N + col + 32 * i) = piece[i][h];
+        }
+    }
+}
+
 // Cluster helpers (sm_90). In a launch without a cluster every CTA is a cluster of one.
 __device__ __forceinline__ uint32_t cluster_ctarank() {
     uint32_t r;
@@ -228,6 +286,7 @@ constexpr int STAGES = 4;
 constexpr int CONSUMERS = 2;                    // consumer warpgroups, BM / CONSUMERS = 64 rows each
 constexpr int THREADS = 128 * (1 + CONSUMERS);
 constexpr int GROUP_M = 16;                     // m-tiles per band of the tile order
+constexpr int HELD_PARTS = 4;                   // a held tile is stored in parts, one per k-step of the next
 constexpr int MIN_K_ITERS = 4;                  // least k-steps per split-K slice
 constexpr int MAX_SPLITS = 16;
 constexpr uint32_t A_BYTES = BM * BK * 2;       // 16 KB per stage
@@ -245,19 +304,6 @@ __device__ __forceinline__ void tile_origin(int t, int num_m, int num_n, int& m0
     const int r = t - band * per_band;
     m0 = (first_m + r % band_m) * BM;
     n0 = (r / band_m) * BN;
-}
-
-// One thread's bf16 pairs of a finished tile (see `held` below), bounds-checked.
-__device__ __forceinline__ void store_held(__nv_bfloat16* C, const uint32_t (&held)[64], int row, int col0, int M,
-                                           int N) {
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-        const int col = col0 + 8 * j;
-        if (col >= N) continue;                              // N even, col even: col + 1 < N too
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-            if (row + 8 * h < M) *reinterpret_cast<uint32_t*>(C + (size_t)(row + 8 * h) * N + col) = held[2 * j + h];
-    }
 }
 
 __global__ void __launch_bounds__(THREADS, 1)
@@ -311,11 +357,11 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
         const int cw = wg - 1;                              // rows [64*cw, 64*cw+64) of the tile
         const int warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
         float acc[128];
-        // The previous tile's results as bf16 pairs, stored while the next tile's first wgmmas run (held_row < 0:
-        // none held): held[2j + h] is row held_row + 8h, columns held_col + 8j, + 1.
-        uint32_t held[64];
+        // The previous tile's results, packed (see pack_pieces), stored a part under each of the next tile's first
+        // HELD_PARTS k-steps (held_row < 0: none held). held_row and held_col locate the thread's piece [0][0].
+        uint4 held[BN / 32][2];
         int held_row = -1, held_col = 0;
-        const int row_in_tile = cw * 64 + warp * 16 + lane / 4, col_in_tile = 2 * (lane & 3);
+        const int row_in_tile = cw * 64 + warp * 16 + lane / 4, col_in_tile = 8 * (lane & 3);
         int s = 0;
         uint32_t phase = 0;
         for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
@@ -332,9 +378,9 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
                 for (int kk = 0; kk < BK / 16; ++kk)        // +32 B along K = +2 in the descriptor
                     wgmma_m64n256k16(acc, da + 2 * kk, db + 2 * kk, (k > k_begin || kk > 0) ? 1u : 0u);
                 wgmma_commit();
-                if (held_row >= 0) {                        // under the tensor cores' first k-step of this tile
-                    store_held(C, held, held_row, held_col, M, N);
-                    held_row = -1;
+                if (held_row >= 0 && k - k_begin < HELD_PARTS) {   // under the tensor cores' work on this k-step
+                    store_pieces<HELD_PARTS>(C, held, held_row, held_col, M, N, k - k_begin, k - k_begin + 1);
+                    if (k - k_begin == HELD_PARTS - 1) held_row = -1;
                 }
                 // Keep one k-step in flight; the previous one has now retired, so free its stage.
                 wgmma_wait<1>();
@@ -346,20 +392,20 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
             wgmma_wait<0>();
             fence_acc(acc);
             if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
+            if (held_row >= 0) {                             // a tile shorter than HELD_PARTS k-steps
+                store_pieces<HELD_PARTS>(C, held, held_row, held_col, M, N, k_end - k_begin, HELD_PARTS);
+                held_row = -1;
+            }
 
-            // Epilogue. Accumulator layout of m64nNk16: d[4j + 2h + e] is row 16*warp + lane/4 + 8h,
-            // column 8j + 2*(lane%4) + e.
-            const int row = m0 + row_in_tile, col0 = n0 + col_in_tile;
-            if (splits == 1) {                               // held until the next tile's first k-step is issued
-#pragma unroll
-                for (int i = 0; i < 64; ++i) {
-                    const __nv_bfloat162 pair = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
-                    held[i] = *reinterpret_cast<const uint32_t*>(&pair);
-                }
-                held_row = row;
-                held_col = col0;
+            if (splits == 1) {                               // held while the next tile's first k-steps run
+                pack_pieces(acc, held, lane & 3);
+                held_row = m0 + row_in_tile;
+                held_col = n0 + col_in_tile;
                 continue;
             }
+            // Split-K: fp32 atomics into the workspace. Accumulator layout of m64nNk16: d[4j + 2h + e] is row
+            // 16*warp + lane/4 + 8h, column 8j + 2*(lane%4) + e.
+            const int row = m0 + row_in_tile, col0 = n0 + 2 * (lane & 3);
 #pragma unroll
             for (int j = 0; j < BN / 8; ++j) {
                 const int col = col0 + 8 * j;
@@ -374,7 +420,7 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
                 }
             }
         }
-        if (held_row >= 0) store_held(C, held, held_row, held_col, M, N);
+        if (held_row >= 0) store_pieces<HELD_PARTS>(C, held, held_row, held_col, M, N, 0, HELD_PARTS);
     }
 }
 
@@ -586,20 +632,10 @@ gemm_narrow_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_cons
             const int lrow = cw * 64 + warp * 16 + lane / 4;   // tile-local row of d[4j + 0..1]
             const int lcol = 2 * (lane & 3);                   // tile-local column of d[4j + 0] for j = 0
             if (!split) {
-                // Direct epilogue: bf16 pairs straight from the accumulators, bounds-checked.
-#pragma unroll
-                for (int j = 0; j < BN / 8; ++j) {
-                    const int col = n0 + lcol + 8 * j;
-                    if (col < N) {                           // N even, col even: col + 1 < N too
-#pragma unroll
-                        for (int h = 0; h < 2; ++h) {
-                            const int r = m0 + lrow + 8 * h;
-                            if (r < M)
-                                *reinterpret_cast<__nv_bfloat162*>(C + (size_t)r * N + col) =
-                                    __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-                        }
-                    }
-                }
+                // Direct epilogue: packed into 16 B pieces, bounds-checked.
+                uint4 piece[BN / 32][2];
+                pack_pieces(acc, piece, lane & 3);
+                store_pieces<1>(C, piece, m0 + lrow, n0 + 8 * (lane & 3), M, N, 0, 1);
             } else {
                 // Partial tile into this CTA's shared memory (the whole tile; edges are cut at the store).
 #pragma unroll
@@ -795,10 +831,10 @@ using PathB = Path<2, 5>;   // BM = 128, 5 stages: 1 KB + 160 KB ring + 128 B + 
 
 extern "C" cudaError_t ptxbench_gemm(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N,
                                      int K, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-    // TMA needs 16 B aligned bases and row strides (K % 8); bf16x2 stores need N even and C 4 B aligned.
+    // TMA needs 16 B aligned bases and row strides (K % 8); the 16 B stores of C need N % 8 == 0 and C 16 B aligned.
     if (M <= 0 || N <= 0 || K <= 0 || N % 8 != 0 || K % 8 != 0 || !A || !B || !C ||
         (reinterpret_cast<uintptr_t>(A) & 15) || (reinterpret_cast<uintptr_t>(B) & 15) ||
-        (reinterpret_cast<uintptr_t>(C) & 3))
+        (reinterpret_cast<uintptr_t>(C) & 15))
         return cudaErrorInvalidValue;
     int dev = 0, sms = 0;
     cudaError_t err = cudaGetDevice(&dev);
