@@ -1,16 +1,19 @@
 // Reference Hopper (sm_90a) bf16 GEMM: C[M,N] = A[M,K] · B[N,K]^T, fp32 accumulation, bf16 output.
-// Two kernels inside the one launcher. It prices three plans in one rough cost model (SM clocks per k-step of
-// a tile, reductions, launches, a DRAM floor; constants fitted on the H200 across every (N, K, M) of the
-// task file) and runs the cheapest: the large-tile kernel (N > 256 only), or the BN = 128 kernel at either
-// of its two tile heights. The BN = 128 kernel wins where the 128x256 tiles are too few for the SMs: small M
-// (e.g. M <= 232 at N = 7168, where split-K through atomics is the large kernel's only recourse).
+// Two kernels inside the one launcher. It prices plans in one rough cost model (SM clocks per k-step of a tile,
+// reductions, launches, a DRAM floor; constants fitted on the H200 across every (N, K, M) of the task file) and
+// runs the cheapest: the large-tile kernel (N > 256 only) or the BN = 128 kernel at either of its two tile
+// heights over all of C, or a row split: the large kernel over a head of whole 128-row tiles that fills whole
+// waves, then either kernel over the remaining rows as a GEMM of its own (A and C offset by the head). The row
+// split removes the ragged last wave of 128x256 tiles, e.g. M = 901-972 at N = 5376: 168 tiles in two waves
+// (the second 27% full) become 126 tiles in one wave plus 133 rows by the BN = 128 kernel. The BN = 128 kernel
+// wins outright where the 128x256 tiles are too few for the SMs: small M (e.g. M <= 232 at N = 7168).
 //
 // Large-tile kernel: persistent 128x256 tiles in grouped order, 1 TMA producer + 2 consumer warpgroups,
 // wgmma.m64n256k16, a 4-stage mbarrier ring. A finished tile is rounded to bf16, transposed inside each quad of
 // lanes into 16 B row pieces, held in registers, and stored a quarter under each of the next tile's first four
 // k-steps, so that its stores run under tensor work and never fill the store queue at once (the 4 B stores of
 // one burst had cost 5-8% at M 8192). Split-K through the fp32 workspace when the tiles fill under half the SMs
-// (a zero kernel, atomics, a rounding kernel).
+// (a zero kernel, 8 B vector reductions, a rounding kernel).
 //
 // BN = 128 kernel (every N <= 256, and N > 256 where the model prefers it):
 //  * BN = 128 (wgmma.m64n128k16, 64 fp32 accumulators per thread). At N = 128 the large path's BN = 256 tile
@@ -261,14 +264,15 @@ bool encode_kmajor(CUtensorMap* map, const void* ptr, int rows, int K, int box_r
 }
 
 // Cost model, in SM clocks (fitted guesses, see the header): one k-step of a tile per kernel and tile height, a
-// cluster reduction, one extra launch, one fp32 atomic of a split-K partial (per SM), DRAM bytes per clock.
+// cluster reduction, one extra launch, one fp32 element of a split-K partial reduced (per SM), DRAM bytes per
+// clock.
 constexpr double STEP_CLK_LARGE = 760.0;  // 128x256x64: twice the tensor work of 128x128x64, fewer bytes per FLOP
 constexpr double STEP_CLK_A = 384.0;      // 64x128x64: 256 clk of tensor work, bound by 24 KB of operands
 constexpr double STEP_CLK_B = 560.0;      // 128x128x64: 512 clk of tensor work, 32 KB of operands
 constexpr double RED_CLK_A = 1000.0;
 constexpr double RED_CLK_B = 1600.0;
 constexpr double LAUNCH_CLK = 2000.0;
-constexpr double ATOMIC_CLK = 2.0;
+constexpr double ATOMIC_CLK = 1.0;
 constexpr double DRAM_BYTES_PER_CLK = 2000.0;
 
 // The DRAM floor of any plan: A, B and C each moved once.
@@ -294,6 +298,11 @@ constexpr uint32_t B_BYTES = BN * BK * 2;       // 32 KB per stage
 constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;
 // 1 KB slack to align the ring to the 1024 B swizzle atom, the ring, then full/empty barriers.
 constexpr size_t SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8;
+
+// partial[0..1] += (a, b): one 8 B vector reduction (sm_90), half the L2 operations of two scalar atomics.
+__device__ __forceinline__ void red_add_pair(float* partial, float a, float b) {
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(partial), "f"(a), "f"(b) : "memory");
+}
 
 // Grouped tile order: bands of GROUP_M m-tiles, m fastest inside a band.
 __device__ __forceinline__ void tile_origin(int t, int num_m, int num_n, int& m0, int& n0) {
@@ -403,7 +412,7 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
                 held_col = n0 + col_in_tile;
                 continue;
             }
-            // Split-K: fp32 atomics into the workspace. Accumulator layout of m64nNk16: d[4j + 2h + e] is row
+            // Split-K: fp32 pair reductions into the workspace. Accumulator layout of m64nNk16: d[4j + 2h + e] is row
             // 16*warp + lane/4 + 8h, column 8j + 2*(lane%4) + e.
             const int row = m0 + row_in_tile, col0 = n0 + 2 * (lane & 3);
 #pragma unroll
@@ -414,8 +423,7 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
                     for (int h = 0; h < 2; ++h) {
                         const int r = row + 8 * h;
                         if (r >= M) continue;
-                        atomicAdd(partial + (size_t)r * N + col, acc[4 * j + 2 * h]);
-                        atomicAdd(partial + (size_t)r * N + col + 1, acc[4 * j + 2 * h + 1]);
+                        red_add_pair(partial + (size_t)r * N + col, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
                     }
                 }
             }
@@ -827,6 +835,54 @@ using PathB = Path<2, 5>;   // BM = 128, 5 stages: 1 KB + 160 KB ring + 128 B + 
 
 }  // namespace narrow
 
+// The cheaper BN = 128 plan for M rows and its tile height (tall: BM = 128).
+struct NarrowChoice {
+    narrow::Plan plan;
+    bool tall;
+};
+
+NarrowChoice narrow_choice(int dev, int sms, int M, int N, int K) {
+    const narrow::Plan a = narrow::PathA::plan(dev, sms, M, N, K, STEP_CLK_A, RED_CLK_A);
+    const narrow::Plan b = narrow::PathB::plan(dev, sms, M, N, K, STEP_CLK_B, RED_CLK_B);
+    return b.cost < a.cost ? NarrowChoice{b, true} : NarrowChoice{a, false};
+}
+
+// One launcher call's rows [row0, row0 + rows) as one GEMM, by one kernel.
+struct Part {
+    int row0 = 0, rows = 0;
+    bool large = false;
+    NarrowChoice narrow{};
+    double cost = 1e300;
+};
+
+// The cheaper kernel for rows [row0, row0 + rows). `single`: only plans of one launch (a part after a head).
+Part price(int dev, int sms, int row0, int rows, int N, int K, const void* workspace, size_t workspace_bytes,
+           bool single) {
+    Part p;
+    p.row0 = row0;
+    p.rows = rows;
+    p.narrow = narrow_choice(dev, sms, rows, N, K);
+    if (!single || p.narrow.plan.tail_tiles == 0) p.cost = p.narrow.plan.cost;
+    // At N <= 256 a 256-wide tile would waste MMA work and B traffic the model does not see.
+    if (N > 256) {
+        const double c = large::cost(rows, N, K, sms, workspace, workspace_bytes);
+        if (c <= p.cost) {
+            p.large = true;
+            p.cost = c;
+        }
+    }
+    return p;
+}
+
+cudaError_t run(const Part& p, const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int N, int K,
+                void* workspace, size_t workspace_bytes, int sms, cudaStream_t stream) {
+    A += (size_t)p.row0 * K;
+    C += (size_t)p.row0 * N;
+    if (p.large) return large::launch(A, B, C, p.rows, N, K, workspace, workspace_bytes, sms, stream);
+    return p.narrow.tall ? narrow::PathB::run(p.narrow.plan, A, B, C, p.rows, N, K, stream)
+                         : narrow::PathA::run(p.narrow.plan, A, B, C, p.rows, N, K, stream);
+}
+
 }  // namespace
 
 extern "C" cudaError_t ptxbench_gemm(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N,
@@ -850,12 +906,22 @@ extern "C" cudaError_t ptxbench_gemm(const __nv_bfloat16* A, const __nv_bfloat16
                                (int)narrow::PathB::G::SMEM_BYTES);
     if (err != cudaSuccess) return err;
 
-    const narrow::Plan a = narrow::PathA::plan(dev, sms, M, N, K, STEP_CLK_A, RED_CLK_A);
-    const narrow::Plan b = narrow::PathB::plan(dev, sms, M, N, K, STEP_CLK_B, RED_CLK_B);
-    const double narrow_cost = b.cost < a.cost ? b.cost : a.cost;
-    // At N <= 256 a 256-wide tile would waste MMA work and B traffic the model does not see.
-    if (N > 256 && large::cost(M, N, K, sms, workspace, workspace_bytes) <= narrow_cost)
-        return large::launch(A, B, C, M, N, K, workspace, workspace_bytes, sms, stream);
-    if (b.cost < a.cost) return narrow::PathB::run(b, A, B, C, M, N, K, stream);
-    return narrow::PathA::run(a, A, B, C, M, N, K, stream);
+    // The whole of C by one kernel, or a head of whole 128-row large tiles (no split-K) that leaves the ragged last
+    // wave's rows to a second launch of either kernel, each part priced alone.
+    const Part whole = price(dev, sms, 0, M, N, K, workspace, workspace_bytes, false);
+    Part head, rest;  // head.rows == 0: none
+    double best = whole.cost;
+    for (int h = large::BM; N > 256 && h < M; h += large::BM) {
+        const Part r = price(dev, sms, h, M - h, N, K, workspace, workspace_bytes, true);
+        const double c = large::cost(h, N, K, sms, nullptr, 0) + LAUNCH_CLK + r.cost;
+        if (c < best) {
+            best = c;
+            head = Part{0, h, true};
+            rest = r;
+        }
+    }
+    if (head.rows == 0) return run(whole, A, B, C, N, K, workspace, workspace_bytes, sms, stream);
+    err = run(head, A, B, C, N, K, nullptr, 0, sms, stream);
+    if (err != cudaSuccess) return err;
+    return run(rest, A, B, C, N, K, workspace, workspace_bytes, sms, stream);
 }
