@@ -16,8 +16,8 @@
 //    past S and columns past D (D = 96 uses two panels, the second half empty).
 //    Layout: [Q: DP panels x BM rows][K ring: STAGES x DP x BN rows][V ring: same][mbarriers].
 //  * Descriptors: K-major operands (Q, K) step 32 B along a panel per k16 and jump panels every 4 steps;
-//    8-row atoms are 1024 B apart (SBO). V as MN-major: a k16 step covers 16 key rows (2048 B), each
-//    wgmma n64 reads one panel; 8-key atoms are 1024 B apart.
+//    8-row atoms are 1024 B apart (SBO). V as MN-major: a k16 step covers 16 key rows (2048 B); one wgmma
+//    of n = 64 * DP reads every panel, the panels a leading byte offset apart; 8-key atoms are 1024 B apart.
 //  * Causal: CTAs take query blocks from the last (longest) to the first; key blocks past the diagonal
 //    are not loaded; a consumer warpgroup whose rows are all above a block skips its arithmetic.
 //  * Epilogue: O scaled by 1/l, rounded to bf16 and transposed within each quad of lanes so that every lane
@@ -140,7 +140,8 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
 // wgmma shared-memory descriptor, 128B swizzle, 8-row atoms of 1024 B. For a K-major operand the stride
 // byte offset (1024) steps between 8-row atoms along M/N and the leading offset is unused; for the
 // MN-major V panels (64 columns = one atom wide) 1024 B steps between 8-key atoms along K. Both offsets
-// are set to 1024 so that either reading of the two fields gives the same layout.
+// are set to 1024 here; accumulate_pv sets the leading offset of V's descriptors to the stride between panels
+// (measured: a wgmma spanning several panels reads them there).
 __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
     return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(1024 >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
            (1ull << 62);
@@ -227,6 +228,71 @@ __device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const uint32_t (&a)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
 }
 
+// D[64x128] (+)= A[64x16] · B[16x128]: A from registers, B MN-major over 2 panels (see accumulate_pv); d holds
+// the 2 64-column blocks of D side by side, each in the m64n64 accumulator layout.
+__device__ __forceinline__ void wgmma_rs_n128(float (&d)[2][32], const uint32_t (&a)[4], uint64_t db) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.eq.u32 p, 1, 1;\n"
+        " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[0][4]), "+f"(d[0][5]),
+          "+f"(d[0][6]), "+f"(d[0][7]), "+f"(d[0][8]), "+f"(d[0][9]), "+f"(d[0][10]), "+f"(d[0][11]),
+          "+f"(d[0][12]), "+f"(d[0][13]), "+f"(d[0][14]), "+f"(d[0][15]), "+f"(d[0][16]), "+f"(d[0][17]),
+          "+f"(d[0][18]), "+f"(d[0][19]), "+f"(d[0][20]), "+f"(d[0][21]), "+f"(d[0][22]), "+f"(d[0][23]),
+          "+f"(d[0][24]), "+f"(d[0][25]), "+f"(d[0][26]), "+f"(d[0][27]), "+f"(d[0][28]), "+f"(d[0][29]),
+          "+f"(d[0][30]), "+f"(d[0][31]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[1][4]), "+f"(d[1][5]), "+f"(d[1][6]), "+f"(d[1][7]), "+f"(d[1][8]), "+f"(d[1][9]),
+          "+f"(d[1][10]), "+f"(d[1][11]), "+f"(d[1][12]), "+f"(d[1][13]), "+f"(d[1][14]), "+f"(d[1][15]),
+          "+f"(d[1][16]), "+f"(d[1][17]), "+f"(d[1][18]), "+f"(d[1][19]), "+f"(d[1][20]), "+f"(d[1][21]),
+          "+f"(d[1][22]), "+f"(d[1][23]), "+f"(d[1][24]), "+f"(d[1][25]), "+f"(d[1][26]), "+f"(d[1][27]),
+          "+f"(d[1][28]), "+f"(d[1][29]), "+f"(d[1][30]), "+f"(d[1][31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+// D[64x256] (+)= A[64x16] · B[16x256]: A from registers, B MN-major over 4 panels (see accumulate_pv); d holds
+// the 4 64-column blocks of D side by side, each in the m64n64 accumulator layout.
+__device__ __forceinline__ void wgmma_rs_n256(float (&d)[4][32], const uint32_t (&a)[4], uint64_t db) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.eq.u32 p, 1, 1;\n"
+        " wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[0][4]), "+f"(d[0][5]),
+          "+f"(d[0][6]), "+f"(d[0][7]), "+f"(d[0][8]), "+f"(d[0][9]), "+f"(d[0][10]), "+f"(d[0][11]),
+          "+f"(d[0][12]), "+f"(d[0][13]), "+f"(d[0][14]), "+f"(d[0][15]), "+f"(d[0][16]), "+f"(d[0][17]),
+          "+f"(d[0][18]), "+f"(d[0][19]), "+f"(d[0][20]), "+f"(d[0][21]), "+f"(d[0][22]), "+f"(d[0][23]),
+          "+f"(d[0][24]), "+f"(d[0][25]), "+f"(d[0][26]), "+f"(d[0][27]), "+f"(d[0][28]), "+f"(d[0][29]),
+          "+f"(d[0][30]), "+f"(d[0][31]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[1][4]), "+f"(d[1][5]), "+f"(d[1][6]), "+f"(d[1][7]), "+f"(d[1][8]), "+f"(d[1][9]),
+          "+f"(d[1][10]), "+f"(d[1][11]), "+f"(d[1][12]), "+f"(d[1][13]), "+f"(d[1][14]), "+f"(d[1][15]),
+          "+f"(d[1][16]), "+f"(d[1][17]), "+f"(d[1][18]), "+f"(d[1][19]), "+f"(d[1][20]), "+f"(d[1][21]),
+          "+f"(d[1][22]), "+f"(d[1][23]), "+f"(d[1][24]), "+f"(d[1][25]), "+f"(d[1][26]), "+f"(d[1][27]),
+          "+f"(d[1][28]), "+f"(d[1][29]), "+f"(d[1][30]), "+f"(d[1][31]), "+f"(d[2][0]), "+f"(d[2][1]),
+          "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[2][4]), "+f"(d[2][5]), "+f"(d[2][6]), "+f"(d[2][7]),
+          "+f"(d[2][8]), "+f"(d[2][9]), "+f"(d[2][10]), "+f"(d[2][11]), "+f"(d[2][12]), "+f"(d[2][13]),
+          "+f"(d[2][14]), "+f"(d[2][15]), "+f"(d[2][16]), "+f"(d[2][17]), "+f"(d[2][18]), "+f"(d[2][19]),
+          "+f"(d[2][20]), "+f"(d[2][21]), "+f"(d[2][22]), "+f"(d[2][23]), "+f"(d[2][24]), "+f"(d[2][25]),
+          "+f"(d[2][26]), "+f"(d[2][27]), "+f"(d[2][28]), "+f"(d[2][29]), "+f"(d[2][30]), "+f"(d[2][31]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[3][4]), "+f"(d[3][5]),
+          "+f"(d[3][6]), "+f"(d[3][7]), "+f"(d[3][8]), "+f"(d[3][9]), "+f"(d[3][10]), "+f"(d[3][11]),
+          "+f"(d[3][12]), "+f"(d[3][13]), "+f"(d[3][14]), "+f"(d[3][15]), "+f"(d[3][16]), "+f"(d[3][17]),
+          "+f"(d[3][18]), "+f"(d[3][19]), "+f"(d[3][20]), "+f"(d[3][21]), "+f"(d[3][22]), "+f"(d[3][23]),
+          "+f"(d[3][24]), "+f"(d[3][25]), "+f"(d[3][26]), "+f"(d[3][27]), "+f"(d[3][28]), "+f"(d[3][29]),
+          "+f"(d[3][30]), "+f"(d[3][31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
 // S = Q·Kᵀ for one key block: D/16 k-steps, each reading 32 B further along the current 64-column panel.
 template <int D, int BN>
 __device__ __forceinline__ void scores(float (&s)[BN / 2], uint32_t q_tile, uint32_t k_tile) {
@@ -304,14 +370,23 @@ __device__ __forceinline__ void to_fragments(uint32_t (&p)[BN / 16][4], const fl
     }
 }
 
-// O += P·V for one key block: P from registers, V as MN-major 64-column panels.
+// O += P·V for one key block: P from registers, V as MN-major 64-column panels. One wgmma per k16 step spans all
+// DP panels (n = 64 * DP): the descriptor's leading byte offset is the panel stride, the stride byte offset the
+// 1024 B between 8-key atoms. At d256 this issues 4 wgmmas per 64 keys instead of 16 (ncu, fourteenth session:
+// ours had issued 2.7x cuDNN's wgmma instructions, each with its own descriptor arithmetic).
 template <int BN, int DP>
 __device__ __forceinline__ void accumulate_pv(float (&o)[DP][32], const uint32_t (&p)[BN / 16][4], uint32_t v_tile) {
-    constexpr uint32_t PANEL_V = BN * 128;
+    constexpr uint64_t LBO_FIELD = (uint64_t)0x3FFF << 16, PANEL_LBO = (uint64_t)((BN * 128) >> 4) << 16;
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk)
-#pragma unroll
-        for (int d = 0; d < DP; ++d) wgmma_rs_n64(o[d], p[kk], smem_desc(v_tile + d * PANEL_V + kk * 16 * 128), 1u);
+    for (int kk = 0; kk < BN / 16; ++kk) {
+        const uint64_t db = (smem_desc(v_tile + kk * 16 * 128) & ~LBO_FIELD) | PANEL_LBO;
+        if constexpr (DP == 4)
+            wgmma_rs_n256(o, p[kk], db);
+        else if constexpr (DP == 2)
+            wgmma_rs_n128(o, p[kk], db);
+        else
+            wgmma_rs_n64(o[0], p[kk], db, 1u);
+    }
 }
 
 template <int D_>
