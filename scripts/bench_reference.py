@@ -10,7 +10,8 @@ Usage (from the checkout on the GPU machine; the paged families need FlashInfer'
   PYTHONPATH=. python3 scripts/bench_reference.py FAMILY [KERNEL.cu ...] [-k WORDS ...] [--shapes WHICH]
       [--no-baseline]
 Several kernels (variants of one reference) get a column each; speedups and the summary are of each. A
-shape runs when its label "TASK SHAPE " holds every word of one -k (e.g. -k "n7168-k5120 m8192 "); `--shapes`
+shape runs when its label "TASK SHAPE " holds every word of one -k (e.g. -k "n7168-k5120 m8192 "; -k d64 -k d96
+for either); `--shapes`
 is visible, hidden or all (the default); `--no-baseline` skips the vendor library (FlashInfer's first call
 compiles for minutes on a fresh machine). Exit status 1 when a check failed. The verdicts of record come from
 the harness: `pytest tasks --ptx-model=reference -k FAMILY`.
@@ -22,9 +23,11 @@ import argparse
 import ctypes
 import importlib
 import math
+import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,7 +73,9 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor | np.ndarray, f
     return check.compare(name, "", bits, dtype, reference, family.tolerances[dtype], 0xFF)
 
 
-def interleaved_ms(fns: list[Callable[[], object]], runs: int = 30, warmup: int = 10) -> list[float]:
+def interleaved_ms(
+    fns: list[Callable[[], object]], runs: int = 30, warmup: int = 10, tick: Callable[[], None] = lambda: None
+) -> list[float]:
     """The median time of each function, run in turn (so that clocks and heat weigh on each alike), the L2
     flushed before every run. The call is enqueued while the flush still runs, so that the host's time in the
     launcher (or in torch's dispatch) stays out of the timed window, as it does in the harness's kernel span."""
@@ -86,6 +91,7 @@ def interleaved_ms(fns: list[Callable[[], object]], runs: int = 30, warmup: int 
             end.synchronize()
             if i >= warmup:
                 kept.append(start.elapsed_time(end))
+        tick()
     return [float(statistics.median(kept)) for kept in times]
 
 
@@ -101,6 +107,30 @@ def warm_up(seconds: float = 3.0) -> None:
         for _ in range(10):
             a @ a
         torch.cuda.synchronize()
+
+
+class Watchdog:
+    """Ends the process, naming what ran, when one step (a kernel's check, one round of a shape's timed runs) takes
+    longer than `seconds`: a kernel that deadlocks would otherwise hold the call until the device's limit, reporting
+    nothing."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = self.limit = seconds
+        self.what, self.since = "the warm-up", time.monotonic()
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def at(self, what: str, limit: float | None = None) -> None:
+        self.what, self.since, self.limit = what, time.monotonic(), limit or self.seconds
+
+    def tick(self) -> None:
+        self.since = time.monotonic()
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(1)
+            if time.monotonic() - self.since > self.limit:
+                print(f"\n== failures\nhung: {self.what} ran past {self.limit:.0f} s", flush=True)
+                os._exit(2)
 
 
 def nothing() -> None:
@@ -174,11 +204,14 @@ class Result:
 
 
 def run_family(
-    family: Family, sources: list[Path], words: list[list[str]], which: str, baseline: bool
+    family: Family, sources: list[Path], words: list[list[str]], which: str, baseline: bool, runs: int, watch: Watchdog
 ) -> tuple[list[Result], list[str]]:
     """Every kept task x shape, each kernel checked then timed, the baseline timed once. Returns the results
     and the failures."""
-    launches = [getattr(build(source, family)[0], family.launcher.name) for source in sources]
+    launches = []
+    for source in sources:
+        watch.at(f"the build of {source}", 900)
+        launches.append(getattr(build(source, family)[0], family.launcher.name))
     reference, vendor = _resolve(family.reference), _resolve(family.baseline)
     results, failures = [], []
     for task in family.tasks:
@@ -192,6 +225,7 @@ def run_family(
             timed: list[Callable[[], object]] = []
             errors: list[str] = []
             for source, launch in zip(sources, launches, strict=True):
+                watch.at(f"the check of {source} on {label}")
                 case.poison()
                 code = int(launch(*arguments))
                 torch.cuda.synchronize()
@@ -210,7 +244,8 @@ def run_family(
             if baseline:
                 theirs_outputs = {n: torch.empty_like(t) for n, t in case.outputs.items()}
                 timed.append(partial(vendor, case.inputs, theirs_outputs, case.values, {}))
-            measured = interleaved_ms(timed)
+            watch.at(f"the timed runs on {label}({', '.join(map(str, sources))})")
+            measured = interleaved_ms(timed, runs, tick=watch.tick)
             times = [float("nan") if fn is nothing else t for fn, t in zip(timed, measured, strict=True)][
                 : len(sources)
             ]
@@ -275,17 +310,22 @@ def main() -> int:
     parser.add_argument("-k", dest="words", action="append", default=[], help="keep labels holding these words")
     parser.add_argument("--shapes", default="all", choices=("visible", "hidden", "all"))
     parser.add_argument("--no-baseline", dest="baseline", action="store_false")
+    parser.add_argument("--runs", type=int, default=30, help="timed runs per kernel and shape (a stress test: 1000)")
+    parser.add_argument("--hang", type=float, default=60, help="seconds after which one step counts as hung")
     args = parser.parse_args()
     names = TABLE if args.family == "table" else (args.family,)
     if args.family == "table" and args.kernels:
         parser.error("`table` runs the references; name a family to run other kernels")
     words = [group.split() for group in args.words]
+    watch = Watchdog(args.hang)
     warm_up()
     lines, failures = [], []
     for name in names:
         family = load_family(ROOT / "tasks" / f"{name}.yaml")
         sources = args.kernels or [ROOT / "tasks" / "reference" / "h100" / f"{name}.cu"]
-        results, failed = run_family(family, sources, words, args.shapes, args.baseline)
+        results, failed = run_family(family, sources, words, args.shapes, args.baseline, args.runs, watch)
+        if not results and not failed:
+            parser.error(f"no shape of {name} has a label holding every word of one -k {args.words}")
         failures += failed
         lines += ["", *(f"kernel {k}: {s}" for k, s in enumerate(sources)), *summary(family, results, len(sources))]
     print("\n== failures" if failures else "\n== all checks passed", *failures, *lines, sep="\n")

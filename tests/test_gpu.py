@@ -93,6 +93,32 @@ def test_a_decode_that_assumes_a_sequences_pages_are_contiguous_fails_check(pipe
     assert verdicts["check"].status is Status.FAILED, verdicts["check"].message
 
 
+@pytest.fixture(scope="module")
+def attention_fwd() -> Family:
+    from pytest_ptxbench.task.catalogue import load_family
+
+    return load_family(TASKS / "attention_fwd.yaml")
+
+
+@pytest.mark.parametrize(
+    ("task", "batch"),
+    [("attention_fwd-d128-causal", 1), ("attention_fwd-d64-full", 1), ("attention_fwd-d64-causal", 16)],
+)
+def test_reference_attention_forward_passes_every_stage_with_persistent_ctas(
+    pipeline: Pipeline, attention_fwd: Family, task: str, batch: int
+) -> None:
+    """More tiles than the H200's 132 SMs: one CTA per SM takes tiles from a counter and hands each to its consumer
+    warpgroups through the workspace. Racecheck included: it reported the hand-over through shared memory as a race.
+    d64 causal at S 512 (tiles of two to four key blocks) is where a wrong order of the three consumer warpgroups'
+    last named-barrier hand-off deadlocked on the H200 (once within 41 launches, once within 2,010)."""
+    source = (TASKS / "reference" / "h100" / "attention_fwd.cu").read_text()
+    shape = Shape({"B": batch, "H": 48, "S": 512}, f"b{batch}-h48-s512", hidden=True)
+    verdicts = _evaluate(pipeline, attention_fwd, source, task, shape)
+    assert {s: v.status for s, v in verdicts.items()} == dict.fromkeys(
+        ("build", "inspect", "check", "profile", "sanitize", "time"), Status.PASSED
+    ), "; ".join(f"{s}: {v.message}" for s, v in verdicts.items() if not v.passed)
+
+
 def _no_opcodes(family: Family) -> Family:
     """The family with no required opcode, so SIMT-only planted kernels reach the GPU stages."""
     return dataclasses.replace(family, opcodes={"h100": ()})

@@ -1,12 +1,17 @@
 // Reference Hopper (sm_90a) attention forward: O = softmax(Q·Kᵀ·scale [+ causal mask])·V and the
 // natural-log LSE of every row, Q, K, V, O as [B, H, S, D] bf16, LSE [B, H, S] fp32.
 //
-// Design (FlashAttention-3 style, one CTA per 128 query rows of one head)
-//  * 384 threads = 3 warpgroups, warp-specialised:
-//      - warpgroup 0: producer (setmaxnreg.dec 24). One thread issues TMA loads: the CTA's Q tile once,
+// Design (FlashAttention-3 style; a tile is 64 query rows per consumer warpgroup of one head: 192 at D 64, else 128)
+//  * Two schedules of one kernel (the PERSISTENT flag; the launcher picks): one CTA per tile, or one CTA per
+//    SM taking tiles from a counter in the workspace (a CTA claims its next tile as it loads the current one's
+//    last key block), the next tile's Q loaded (a second Q buffer) while the current one finishes, so that tiles
+//    with few key blocks do not each pay their own start and end.
+//  * 1 + CONSUMERS warpgroups (3 consumers at D 64, 2 above: 512 or 384 threads), warp-specialised:
+//      - warpgroup 0: producer (setmaxnreg.dec 24). One thread issues TMA loads: each tile's Q once,
 //        then the K and V blocks into a ring of STAGES slots (K and V on separate barriers, so that Q·Kᵀ
 //        starts before V has landed).
-//      - warpgroups 1, 2: consumers (setmaxnreg.inc 240), 64 query rows each. Per key block:
+//      - warpgroups 1 .. CONSUMERS: consumers (setmaxnreg.inc 240, 160 with three), 64 query rows each.
+//        With 128-key blocks they take the tensor cores in turn (named barriers). Per key block:
 //        S = Q·Kᵀ with wgmma (A = Q, B = K, both K-major in shared memory), masking on the ragged and
 //        causal edges, online softmax in base 2 in registers, then O += P·V with wgmma taking P from
 //        registers (the fp32 accumulator layout of S, packed to bf16 pairs, is the A-fragment layout)
@@ -14,11 +19,11 @@
 //  * Shared memory: every tile is stored as 64-column panels ([rows x 64] bf16 = rows x 128 B) with the
 //    128B swizzle, written by 3D TMA boxes {64, rows, 1} over the tensor {D, S, B*H}; TMA zero-fills rows
 //    past S and columns past D (D = 96 uses two panels, the second half empty).
-//    Layout: [Q: DP panels x BM rows][K ring: STAGES x DP x BN rows][V ring: same][mbarriers].
+//    Layout (Smem): [Q: QBUF x DP panels x BM rows][K ring: STAGES x DP x BN rows][V ring: same][mbarriers].
 //  * Descriptors: K-major operands (Q, K) step 32 B along a panel per k16 and jump panels every 4 steps;
 //    8-row atoms are 1024 B apart (SBO). V as MN-major: a k16 step covers 16 key rows (2048 B); one wgmma
 //    of n = 64 * DP reads every panel, the panels a leading byte offset apart; 8-key atoms are 1024 B apart.
-//  * Causal: CTAs take query blocks from the last (longest) to the first; key blocks past the diagonal
+//  * Causal: tiles run from the last (longest) query block of a head to the first; key blocks past the diagonal
 //    are not loaded; a consumer warpgroup whose rows are all above a block skips its arithmetic.
 //  * Epilogue: O scaled by 1/l, rounded to bf16 and transposed within each quad of lanes so that every lane
 //    stores 16 B row pieces (pack_pieces); LSE = (m + log2 l)·ln 2.
@@ -29,15 +34,19 @@
 
 namespace {
 
-constexpr int BM = 128;                       // query rows per CTA, 64 per consumer warpgroup
-constexpr int CONSUMERS = 2;
-constexpr int THREADS = 128 * (1 + CONSUMERS);
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
 
-template <int D_>
+template <int D_, bool PERSISTENT_>
 struct Config {
     static constexpr int D = D_;
+    static constexpr bool PERSISTENT = PERSISTENT_;
+    // Consumer warpgroups, 64 query rows each. d64 is bound by the softmax, not the tensor cores: a third
+    // warpgroup gives each one's exponentials two others' products to hide behind.
+    static constexpr int CONSUMERS = D <= 64 ? 3 : 2;
+    static constexpr int BM = 64 * CONSUMERS;             // query rows per tile
+    static constexpr int THREADS = 128 * (1 + CONSUMERS);
+    static constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : 240;   // setmaxnreg: 24 for the producer
     static constexpr int DP = (D + 63) / 64;              // 64-column panels
     static constexpr int BN = D > 128 ? 64 : 128;         // keys per block
     static constexpr int STAGES = D <= 64 ? 4 : 2;
@@ -46,7 +55,12 @@ struct Config {
     static constexpr uint32_t PANEL_KV = BN * 128;
     static constexpr uint32_t Q_BYTES = DP * PANEL_Q;
     static constexpr uint32_t KV_BYTES = DP * PANEL_KV;   // one K or V block
-    static constexpr size_t SMEM = 1024 + Q_BYTES + 2 * STAGES * KV_BYTES + (1 + 4 * STAGES) * 8;
+    static constexpr size_t smem(int qbuf) { return 1024 + qbuf * Q_BYTES + 2 * STAGES * KV_BYTES + (2 * qbuf + 4 * STAGES) * 8; }
+    // Q tiles in flight: a persistent CTA loads the next tile's Q early where two fit.
+    static constexpr int QBUF = PERSISTENT && smem(2) <= 227 * 1024 ? 2 : 1;
+    static constexpr size_t SMEM = smem(QBUF);
+    // Whether the key blocks that need no mask get a loop of their own (see the consumers' loops).
+    static constexpr bool SPLIT_MASK = D > 64;
 };
 
 // The bf16 pair (lo, hi) as one 32-bit word, lo in the low half.
@@ -294,7 +308,7 @@ __device__ __forceinline__ void wgmma_rs_n256(float (&d)[4][32], const uint32_t 
 }
 
 // S = Q·Kᵀ for one key block: D/16 k-steps, each reading 32 B further along the current 64-column panel.
-template <int D, int BN>
+template <int D, int BM, int BN>
 __device__ __forceinline__ void scores(float (&s)[BN / 2], uint32_t q_tile, uint32_t k_tile) {
     constexpr uint32_t PANEL_Q = BM * 128, PANEL_K = BN * 128;
 #pragma unroll
@@ -309,10 +323,13 @@ __device__ __forceinline__ void scores(float (&s)[BN / 2], uint32_t q_tile, uint
 }
 
 
-// Named barriers 1 and 2 order the two consumer warpgroups' tensor-core work: a warpgroup issues its
-// products only after the other has issued its own, so one's softmax overlaps the other's products.
-__device__ __forceinline__ void named_sync(int id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
-__device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
+// Named barriers 1 .. N order the N consumer warpgroups' tensor-core work round-robin: warpgroup c issues its products
+// once every other has issued its own since c's last turn (barrier 1 + c counts c and one arrival from each other), so
+// one's softmax overlaps the others' products.
+template <int N>
+__device__ __forceinline__ void named_sync(int id) { asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(128 * N) : "memory"); }
+template <int N>
+__device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive %0, %1;" ::"r"(id), "n"(128 * N) : "memory"); }
 
 // Masks the ragged and causal edges of one S block (only blocks that reach an edge pay for it).
 template <int BN>
@@ -389,40 +406,85 @@ __device__ __forceinline__ void accumulate_pv(float (&o)[DP][32], const uint32_t
     }
 }
 
-template <int D_>
-__global__ void __launch_bounds__(THREADS, 1)
+template <bool B>
+struct Flag {
+    static constexpr bool value = B;
+};
+
+// Shared-memory layout from a 1024 B aligned base: [Q: QBUF tiles][K ring][V ring][mbarriers].
+struct Smem {
+    uint32_t q, k, v;                                    // Q tiles, then STAGES K blocks, then STAGES V blocks
+    uint32_t full_q, empty_q, full_k, full_v, empty_k, empty_v;   // QBUF or STAGES 8 B barriers each
+};
+
+template <class C>
+__device__ __forceinline__ Smem layout(uint32_t base) {
+    Smem m;
+    m.q = base;
+    m.k = m.q + C::QBUF * C::Q_BYTES;
+    m.v = m.k + C::STAGES * C::KV_BYTES;
+    m.full_q = m.v + C::STAGES * C::KV_BYTES;
+    m.empty_q = m.full_q + 8 * C::QBUF;
+    m.full_k = m.empty_q + 8 * C::QBUF;
+    m.full_v = m.full_k + 8 * C::STAGES;
+    m.empty_k = m.full_v + 8 * C::STAGES;
+    m.empty_v = m.empty_k + 8 * C::STAGES;
+    return m;
+}
+
+// A persistent CTA's tile slots in the workspace: [tile counter][QBUF slots per CTA], each the tile that the consumers
+// take next from that Q buffer (-1: none left). Written before the Q buffer's full barrier is armed, read after its
+// wait. Global, not shared, memory: compute-sanitizer's racecheck does not follow the mbarrier ordering of plain
+// shared-memory accesses and reported every hand-over as a race.
+template <class C>
+__device__ __forceinline__ int* slot_of(int* work, int b) { return work + 1 + C::QBUF * blockIdx.x + b; }
+__device__ __forceinline__ void put_slot(int* slot, int t) {
+    asm volatile("st.global.u32 [%0], %1;" ::"l"(slot), "r"(t) : "memory");
+}
+
+template <class C>
+__global__ void __launch_bounds__(C::THREADS, 1)
 attention_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
                      const __grid_constant__ CUtensorMap tmap_v, __nv_bfloat16* __restrict__ O,
-                     float* __restrict__ LSE, int S, int causal, float scale_log2) {
-    using C = Config<D_>;
-    constexpr int BN = C::BN, DP = C::DP, STAGES = C::STAGES;
+                     float* __restrict__ LSE, int* __restrict__ work, int heads, int S, int causal,
+                     float scale_log2) {
+    constexpr int BM = C::BM, BN = C::BN, DP = C::DP, STAGES = C::STAGES, CONSUMERS = C::CONSUMERS;
     extern __shared__ uint8_t smem_raw[];
-    const uint32_t smem_q = ((uint32_t)__cvta_generic_to_shared(smem_raw) + 1023u) & ~1023u;
-    const uint32_t smem_k = smem_q + C::Q_BYTES;                 // STAGES K blocks
-    const uint32_t smem_v = smem_k + STAGES * C::KV_BYTES;       // STAGES V blocks
-    const uint32_t full_q = smem_v + STAGES * C::KV_BYTES;
-    const uint32_t full_k = full_q + 8;                          // STAGES barriers each
-    const uint32_t full_v = full_k + 8 * STAGES;
-    const uint32_t empty_k = full_v + 8 * STAGES;
-    const uint32_t empty_v = empty_k + 8 * STAGES;
+    constexpr int QBUF = C::QBUF;
+    Smem sm = layout<C>(((uint32_t)__cvta_generic_to_shared(smem_raw) + 1023u) & ~1023u);
 
     const int q_blocks = (S + BM - 1) / BM, k_blocks = (S + BN - 1) / BN;
-    const int qb = causal ? q_blocks - 1 - (int)blockIdx.x : (int)blockIdx.x;
-    const int bh = blockIdx.y;
-    const int q0 = qb * BM;
-    const int k_end = causal ? min(k_blocks, (q0 + BM - 1) / BN + 1) : k_blocks;
+    const int tiles = q_blocks * heads;
     const int wg = threadIdx.x / 128;
+    // Tile t of a persistent CTA: head t / q_blocks, query block t % q_blocks; otherwise the CTA's own tile, head
+    // blockIdx.y, query block blockIdx.x (read from the block index again where needed, not held in registers).
+    // Causal: query blocks from the last, longest, to the first.
+    auto tile_of = [&](int t, int& q0, int& bh, int& k_end) {
+        const int i = C::PERSISTENT ? t % q_blocks : (int)blockIdx.x;
+        const int qb = causal ? q_blocks - 1 - i : i;
+        bh = C::PERSISTENT ? t / q_blocks : (int)blockIdx.y;
+        q0 = qb * BM;
+        k_end = causal ? min(k_blocks, (q0 + BM - 1) / BN + 1) : k_blocks;
+    };
+    // A persistent CTA's tiles each take a whole number of turns of the K and V rings (the producer passes the
+    // slots past k_end empty): every tile then starts at slot 0, a block's slot is kb % STAGES whatever tile came
+    // before, and the consumers' wgmma descriptors stay on the uniform datapath (a slot that depends on earlier
+    // tiles' lengths, read from shared memory, is per-thread to the compiler).
+    auto padded = [](int k_end) { return C::PERSISTENT ? (k_end + C::STAGES - 1) / C::STAGES * C::STAGES : k_end; };
 
     if (threadIdx.x == 0) {
         asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_q)) : "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_k)) : "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_v)) : "memory");
-        mbar_init(full_q, 1);
+        for (int b = 0; b < QBUF; ++b) {
+            mbar_init(sm.full_q + 8 * b, 1);
+            mbar_init(sm.empty_q + 8 * b, CONSUMERS * 4);
+        }
         for (int s = 0; s < STAGES; ++s) {
-            mbar_init(full_k + 8 * s, 1);
-            mbar_init(full_v + 8 * s, 1);
-            mbar_init(empty_k + 8 * s, CONSUMERS * 4);
-            mbar_init(empty_v + 8 * s, CONSUMERS * 4);
+            mbar_init(sm.full_k + 8 * s, 1);
+            mbar_init(sm.full_v + 8 * s, 1);
+            mbar_init(sm.empty_k + 8 * s, CONSUMERS * 4);
+            mbar_init(sm.empty_v + 8 * s, CONSUMERS * 4);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -432,145 +494,214 @@ attention_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_co
         // ---------------- producer: K and V rings with their own slots, so K runs ahead of V ----------------
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
         if (threadIdx.x == 0) {
-            mbar_arrive_expect_tx(full_q, C::Q_BYTES);
-            for (int p = 0; p < DP; ++p) tma_load_3d(smem_q + p * C::PANEL_Q, &tmap_q, full_q, 64 * p, q0, bh);
-            for (int kb = 0; kb < k_end; ++kb) {
-                const int s = kb % STAGES;
-                const uint32_t phase = (kb / STAGES) & 1;
-                mbar_wait(empty_k + 8 * s, phase ^ 1);               // fresh barriers pass parity 1 at once
-                mbar_arrive_expect_tx(full_k + 8 * s, C::KV_BYTES);
+            int it = 0, n = 0;
+            for (int t = C::PERSISTENT ? (int)blockIdx.x : 0; t < tiles; ++n) {
+                const uint32_t qs = 8 * (n % QBUF);
+                mbar_wait(sm.empty_q + qs, ((n / QBUF) & 1) ^ 1);    // fresh barriers pass parity 1 at once
+                if (C::PERSISTENT) put_slot(slot_of<C>(work, qs / 8), t);
+                int q0, bh, k_end;
+                tile_of(t, q0, bh, k_end);
+                mbar_arrive_expect_tx(sm.full_q + qs, C::Q_BYTES);
                 for (int p = 0; p < DP; ++p)
-                    tma_load_3d(smem_k + s * C::KV_BYTES + p * C::PANEL_KV, &tmap_k, full_k + 8 * s, 64 * p, kb * BN, bh);
-                mbar_wait(empty_v + 8 * s, phase ^ 1);
-                mbar_arrive_expect_tx(full_v + 8 * s, C::KV_BYTES);
-                for (int p = 0; p < DP; ++p)
-                    tma_load_3d(smem_v + s * C::KV_BYTES + p * C::PANEL_KV, &tmap_v, full_v + 8 * s, 64 * p, kb * BN, bh);
+                    tma_load_3d(sm.q + (qs / 8) * C::Q_BYTES + p * C::PANEL_Q, &tmap_q, sm.full_q + qs, 64 * p, q0, bh);
+                int next = tiles;
+                for (int kb = 0; kb < padded(k_end); ++kb, ++it) {   // past k_end: empty passes of the ring
+                    // The next tile is claimed with the last block's loads: claimed earlier, a long causal tile's CTA
+                    // would hold it while others ran dry.
+                    if (C::PERSISTENT && kb == k_end - 1) next = (int)gridDim.x + atomicAdd(work, 1);
+                    const int s = it % STAGES;
+                    const uint32_t phase = (it / STAGES) & 1;
+                    // One ring slot: K or V block kb, or past k_end an arrival with nothing loaded.
+                    auto fill = [&](uint32_t empty, uint32_t full, uint32_t ring, const CUtensorMap* map) {
+                        mbar_wait(empty + 8 * s, phase ^ 1);
+                        if (kb >= k_end) {
+                            mbar_arrive(full + 8 * s);
+                            return;
+                        }
+                        mbar_arrive_expect_tx(full + 8 * s, C::KV_BYTES);
+                        for (int p = 0; p < DP; ++p)
+                            tma_load_3d(ring + s * C::KV_BYTES + p * C::PANEL_KV, map, full + 8 * s, 64 * p, kb * BN, bh);
+                    };
+                    fill(sm.empty_k, sm.full_k, sm.k, &tmap_k);
+                    fill(sm.empty_v, sm.full_v, sm.v, &tmap_v);
+                }
+                t = next;
+            }
+            if (C::PERSISTENT) {                                  // no tile left: -1 in the next slot
+                const uint32_t qs = 8 * (n % QBUF);
+                mbar_wait(sm.empty_q + qs, ((n / QBUF) & 1) ^ 1);
+                put_slot(slot_of<C>(work, qs / 8), -1);
+                mbar_arrive(sm.full_q + qs);
             }
         }
         return;
     }
 
     // ---------------- consumers ----------------
-    // Block j's Q·Kᵀ is issued together with block j-1's P·V, and block j's softmax runs while that P·V
-    // is still on the tensor cores (FlashAttention-3's intra-warpgroup overlap).
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(C::CONSUMER_REGS));
+    {
+        // A fresh copy of the base, opaque to the compiler: with the producer's uses of the same value (its loop over
+        // tiles) in view, ptxas kept it in a per-thread register, and every wgmma descriptor of the consumers' loop
+        // was computed there and moved to the uniform datapath one R2UR at a time (nvdisasm: 72 R2UR per d256 block
+        // against 34; 3-6% slower at d256 on the H200).
+        uint32_t base;
+        asm volatile("mov.b32 %0, %1;" : "=r"(base) : "r"(sm.q));
+        sm = layout<C>(base);
+    }
     const int cw = wg - 1;
     const int warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
-    const int wg_row = q0 + cw * 64;                    // first query row of this warpgroup
-    const int row = wg_row + warp * 16 + lane / 4;      // this thread's rows: row and row + 8
-    const uint32_t q_tile = smem_q + cw * 64 * 128;
-    // Key blocks with a row of this warpgroup below them; later ones (causal) are only released.
-    const int wg_end = causal ? min(k_end, (wg_row + 63) / BN + 1) : k_end;
-
-    // Accumulator layout of m64nNk16: element 4j + 2h + e is row (16 warp + lane/4 + 8h), column 8j + 2(lane%4) + e.
-    float o[DP][32];
-#pragma unroll
-    for (int p = 0; p < DP; ++p)
-#pragma unroll
-        for (int i = 0; i < 32; ++i) o[p][i] = 0.f;
-    float m[2] = {-INFINITY, -INFINITY};                // running row maxima of S·scale·log2(e)
-    float l[2] = {0.f, 0.f};                            // this thread's share of the running row sums
-    float correction[2];
-    float s_acc[C::S_REGS];
-    uint32_t p_frag[BN / 16][4];
-    auto release = [&](uint32_t empty, int kb) {
+    auto release = [&](uint32_t bar) {
         __syncwarp();
-        if (lane == 0) mbar_arrive(empty + 8 * (kb % STAGES));
+        if (lane == 0) mbar_arrive(bar);
     };
-    auto phase_of = [](int kb) { return (uint32_t)((kb / STAGES) & 1); };
+    // Round-robin where the key blocks are 128 wide (every warpgroup then walks all of its tile's blocks, the third
+    // of d64 at most one masked block more than it needs); warpgroup 0 goes first, so each later one has already
+    // arrived for it (and the third for the second).
+    constexpr bool PINGPONG = BN == 128;
+    if (PINGPONG)
+        for (int c = 0; c < cw; ++c) named_arrive<CONSUMERS>(1 + c);
 
-    constexpr bool PINGPONG = BN == BM;                 // then both warpgroups walk the same key blocks
-    if (PINGPONG && cw == 1) named_arrive(1);          // warpgroup 0 goes first
+    int ring = 0;                                       // ring position of the next tile's first block
+    for (int n = 0; C::PERSISTENT || n == 0; ++n) {
+        const uint32_t qs = 8 * (n % QBUF);
+        mbar_wait(sm.full_q + qs, (n / QBUF) & 1);
+        int t = 0;
+        if (C::PERSISTENT) {
+            asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(t) : "l"(slot_of<C>(work, qs / 8)) : "memory");
+            t = (int)__reduce_or_sync(0xffffffffu, (unsigned)t);   // the same in every lane: now uniform to ptxas
+            if (t < 0) break;
+        }
+        const uint32_t q_tile = sm.q + (qs / 8) * C::Q_BYTES + cw * 64 * 128;
+        int q0, bh, k_end;
+        tile_of(t, q0, bh, k_end);
+        const int wg_row = q0 + cw * 64;                    // first query row of this warpgroup
+        const int row = wg_row + warp * 16 + lane / 4;      // this thread's rows: row and row + 8
+        const int wg_end = causal && !PINGPONG ? min(k_end, (wg_row + 63) / BN + 1) : k_end;
+        const int it0 = C::PERSISTENT ? ring : 0;           // a multiple of STAGES
+        auto slot = [](int kb) { return 8 * (kb % STAGES); };
+        auto phase_of = [&](int kb) { return (uint32_t)(((it0 + kb) / STAGES) & 1); };
 
-    mbar_wait(full_q, 0);
-    // block 0: scores and softmax
-    mbar_wait(full_k, 0);
-    wgmma_fence();
-    scores<C::D, BN>(s_acc, q_tile, smem_k);
-    wgmma_commit();
-    wgmma_wait0();
-    pin(s_acc);
-    release(empty_k, 0);
-    mask_block<BN>(s_acc, 0, S, causal, wg_row, row, lane);
-    softmax_block<BN>(s_acc, m, l, correction, scale_log2);
-    to_fragments<BN>(p_frag, s_acc);
-
-    for (int kb = 1; kb < wg_end; ++kb) {
-        const int s = kb % STAGES, prev = (kb - 1) % STAGES;
-        mbar_wait(full_k + 8 * s, phase_of(kb));
-        mbar_wait(full_v + 8 * prev, phase_of(kb - 1));
-        pin(p_frag);
-#pragma unroll
-        for (int p = 0; p < DP; ++p) pin(o[p]);
-        if (PINGPONG) named_sync(1 + cw);
-        wgmma_fence();
-        scores<C::D, BN>(s_acc, q_tile, smem_k + s * C::KV_BYTES);
-        wgmma_commit();
-        accumulate_pv<BN, DP>(o, p_frag, smem_v + prev * C::KV_BYTES);
-        wgmma_commit();
-        if (PINGPONG) named_arrive(2 - cw);
-        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");   // the scores; P·V may still run
-        pin(s_acc);
-        release(empty_k, kb);
-        mask_block<BN>(s_acc, kb * BN, S, causal, wg_row, row, lane);
-        softmax_block<BN>(s_acc, m, l, correction, scale_log2);
-        wgmma_wait0();
-#pragma unroll
-        for (int p = 0; p < DP; ++p) pin(o[p]);
-        release(empty_v, kb - 1);
+        float o[DP][32];
 #pragma unroll
         for (int p = 0; p < DP; ++p)
 #pragma unroll
-            for (int j = 0; j < 8; ++j)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    o[p][4 * j + 2 * h] *= correction[h];
-                    o[p][4 * j + 2 * h + 1] *= correction[h];
-                }
-        to_fragments<BN>(p_frag, s_acc);
-    }
-    if (PINGPONG && cw == 0) named_sync(1);           // the other warpgroup's last arrival
-    // the last block's P·V
-    mbar_wait(full_v + 8 * ((wg_end - 1) % STAGES), phase_of(wg_end - 1));
-    pin(p_frag);
-#pragma unroll
-    for (int p = 0; p < DP; ++p) pin(o[p]);
-    wgmma_fence();
-    accumulate_pv<BN, DP>(o, p_frag, smem_v + ((wg_end - 1) % STAGES) * C::KV_BYTES);
-    wgmma_commit();
-    wgmma_wait0();
-#pragma unroll
-    for (int p = 0; p < DP; ++p) pin(o[p]);
-    release(empty_v, wg_end - 1);
-    // Blocks wholly above this warpgroup's rows (causal): their slots are released once filled, so that
-    // arrivals stay in step with the ring's phases.
-    for (int kb = wg_end; kb < k_end; ++kb) {
-        mbar_wait(full_k + 8 * (kb % STAGES), phase_of(kb));
-        release(empty_k, kb);
-        mbar_wait(full_v + 8 * (kb % STAGES), phase_of(kb));
-        release(empty_v, kb);
-    }
+            for (int i = 0; i < 32; ++i) o[p][i] = 0.f;
+        float m[2] = {-INFINITY, -INFINITY};
+        float l[2] = {0.f, 0.f};
+        float correction[2];
+        float s_acc[C::S_REGS];
+        uint32_t p_frag[BN / 16][4];
 
-    // ---------------- epilogue ----------------
-    float inv[2], total[2];
+        mbar_wait(sm.full_k + slot(0), phase_of(0));
+        wgmma_fence();
+        scores<C::D, C::BM, BN>(s_acc, q_tile, sm.k + (slot(0) / 8) * C::KV_BYTES);
+        wgmma_commit();
+        wgmma_wait0();
+        pin(s_acc);
+        release(sm.empty_k + slot(0));
+        mask_block<BN>(s_acc, 0, S, causal, wg_row, row, lane);
+        softmax_block<BN>(s_acc, m, l, correction, scale_log2);
+        to_fragments<BN>(p_frag, s_acc);
+
+        // One key block: its Q·Kᵀ is issued together with the previous block's P·V; its softmax overlaps the other
+        // warpgroup's products (ping-pong). ptxas places the wait for this warpgroup's own P·V above the exponentials;
+        // holding it below them measured 3-5% slower (H200, sixteenth session).
+        // Two copies of the loop where SPLIT_MASK: the mask's compares and selects, if-converted by the compiler, were
+        // a quarter of every block's instructions, and only the blocks from mask_from on (the causal diagonal, the
+        // ragged end) need them. At d64 one loop with the mask inline measured 2-3% faster: there the compares fill
+        // the wait for the P·V products.
+        auto step = [&](int kb, auto masked) {
+            using MASKED = decltype(masked);
+            mbar_wait(sm.full_k + slot(kb), phase_of(kb));
+            mbar_wait(sm.full_v + slot(kb - 1), phase_of(kb - 1));
+            pin(p_frag);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        total[h] = l[h];
-        total[h] += __shfl_xor_sync(0xffffffff, total[h], 1);
-        total[h] += __shfl_xor_sync(0xffffffff, total[h], 2);
-        inv[h] = total[h] > 0.f ? 1.f / total[h] : 0.f;
+            for (int p = 0; p < DP; ++p) pin(o[p]);
+            if (PINGPONG) named_sync<CONSUMERS>(1 + cw);
+            wgmma_fence();
+            scores<C::D, C::BM, BN>(s_acc, q_tile, sm.k + (slot(kb) / 8) * C::KV_BYTES);
+            wgmma_commit();
+            accumulate_pv<BN, DP>(o, p_frag, sm.v + (slot(kb - 1) / 8) * C::KV_BYTES);
+            wgmma_commit();
+            if (PINGPONG)
+                for (int c = 0; c < CONSUMERS; ++c)
+                    if (c != cw) named_arrive<CONSUMERS>(1 + c);
+            asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+            pin(s_acc);
+            release(sm.empty_k + slot(kb));
+            if constexpr (MASKED::value) mask_block<BN>(s_acc, kb * BN, S, causal, wg_row, row, lane);
+            softmax_block<BN>(s_acc, m, l, correction, scale_log2);
+            wgmma_wait0();
+#pragma unroll
+            for (int p = 0; p < DP; ++p) pin(o[p]);
+            release(sm.empty_v + slot(kb - 1));
+#pragma unroll
+            for (int p = 0; p < DP; ++p)
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        o[p][4 * j + 2 * h] *= correction[h];
+                        o[p][4 * j + 2 * h + 1] *= correction[h];
+                    }
+            to_fragments<BN>(p_frag, s_acc);
+        };
+        // The first block to mask, at most wg_end (causal: the CTA's diagonal, where d256's second warpgroup masks
+        // one block more than it needs). The unmasked loop counts from 1, so its descriptors stay uniform.
+        const int mask_from =
+            C::SPLIT_MASK ? max(1, min(causal ? q0 / BN : k_blocks, S % BN ? k_blocks - 1 : k_blocks)) : 1;
+        for (int kb = 1; kb < mask_from; ++kb) step(kb, Flag<false>{});
+        for (int kb = mask_from; kb < wg_end; ++kb) step(kb, Flag<true>{});
+        release(sm.empty_q + qs);                                   // every score product of this tile has finished
+        mbar_wait(sm.full_v + slot(wg_end - 1), phase_of(wg_end - 1));
+        pin(p_frag);
+#pragma unroll
+        for (int p = 0; p < DP; ++p) pin(o[p]);
+        wgmma_fence();
+        accumulate_pv<BN, DP>(o, p_frag, sm.v + (slot(wg_end - 1) / 8) * C::KV_BYTES);
+        wgmma_commit();
+        wgmma_wait0();
+#pragma unroll
+        for (int p = 0; p < DP; ++p) pin(o[p]);
+        release(sm.empty_v + slot(wg_end - 1));
+        for (int kb = wg_end; kb < padded(k_end); ++kb) {
+            mbar_wait(sm.full_k + slot(kb), phase_of(kb));
+            release(sm.empty_k + slot(kb));
+            mbar_wait(sm.full_v + slot(kb), phase_of(kb));
+            release(sm.empty_v + slot(kb));
+        }
+        ring += padded(k_end);
+
+        // ---------------- epilogue ----------------
+        float inv[2], total[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            total[h] = l[h];
+            total[h] += __shfl_xor_sync(0xffffffff, total[h], 1);
+            total[h] += __shfl_xor_sync(0xffffffff, total[h], 2);
+            inv[h] = total[h] > 0.f ? 1.f / total[h] : 0.f;
+        }
+#pragma unroll
+        for (int p = 0; p < DP; ++p) {
+#pragma unroll
+            for (int i = 0; i < 32; ++i) o[p][i] *= inv[(i >> 1) & 1];
+            uint4 piece[2][2];
+            pack_pieces(o[p], piece, lane & 3);
+            store_pieces<1>(O + (size_t)bh * S * C::D, piece, row, 64 * p + 8 * (lane & 3), S, C::D, 0, 1);
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            if (row + 8 * h < S && (lane & 3) == 0) LSE[(size_t)bh * S + row + 8 * h] = (m[h] + log2f(total[h])) * LN2;
     }
-#pragma unroll
-    for (int p = 0; p < DP; ++p) {
-#pragma unroll
-        for (int i = 0; i < 32; ++i) o[p][i] *= inv[(i >> 1) & 1];
-        uint4 piece[2][2];
-        pack_pieces(o[p], piece, lane & 3);
-        store_pieces<1>(O + (size_t)bh * S * C::D, piece, row, 64 * p + 8 * (lane & 3), S, C::D, 0, 1);
+    // Complete what the last turns left open: barrier 1 + c holds the last arrivals of the warpgroups after c, and
+    // waits for one more from each warpgroup before c but the last. A warpgroup syncs before it arrives: arriving
+    // first, the first warpgroup could arrive twice at the second's barrier before the second had synced its last
+    // turn, complete that turn without it and deadlock all three (on the H200 at d64 causal b16-h48-s512: twice, within
+    // 41 and within 2,010 launches; in this order none in 2,010 launches at each of the twelve d64 shapes).
+    if (PINGPONG && cw < CONSUMERS - 1) {
+        named_sync<CONSUMERS>(1 + cw);
+        for (int c = cw + 1; c < CONSUMERS - 1; ++c) named_arrive<CONSUMERS>(1 + c);
     }
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-        if (row + 8 * h < S && (lane & 3) == 0) LSE[(size_t)bh * S + row + 8 * h] = (m[h] + log2f(total[h])) * LN2;
 }
 
 // [B*H, S, D] bf16 tensor, box {64 columns, rows, 1 head}, 128B swizzle, out-of-bounds reads as zero.
@@ -585,21 +716,40 @@ bool encode(CUtensorMap* map, const void* ptr, int heads, int S, int D, int box_
                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+template <class C>
+cudaError_t run(const CUtensorMap (&maps)[3], __nv_bfloat16* O, float* LSE, int* work, int heads, int S,
+                int causal, float scale, dim3 grid, cudaStream_t stream) {
+    cudaError_t err = cudaFuncSetAttribute(attention_fwd_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)C::SMEM);
+    if (err != cudaSuccess) return err;
+    if (C::PERSISTENT && (err = cudaMemsetAsync(work, 0, sizeof(int), stream)) != cudaSuccess) return err;
+    attention_fwd_kernel<C><<<grid, C::THREADS, C::SMEM, stream>>>(maps[0], maps[1], maps[2], O, LSE, work, heads, S,
+                                                                causal, scale * LOG2E);
+    return cudaGetLastError();
+}
+
+// Persistent CTAs (one per SM, tiles handed out by a counter in the workspace) pay off where a tile has few key
+// blocks to spread its own start and end over, and at D <= 128 at every length; at d256 (one Q buffer) one CTA per
+// tile is faster from 17 key blocks up (measured on the H200: MEASUREMENTS.md, fifteenth and sixteenth sessions).
 template <int D>
 cudaError_t launch(const void* Q, const void* K, const void* V, __nv_bfloat16* O, float* LSE, int heads, int S,
-                   int causal, float scale, cudaStream_t stream) {
-    using C = Config<D>;
-    CUtensorMap tmap_q, tmap_k, tmap_v;
-    if (!encode(&tmap_q, Q, heads, S, D, BM) || !encode(&tmap_k, K, heads, S, D, C::BN) ||
-        !encode(&tmap_v, V, heads, S, D, C::BN))
+                   int causal, float scale, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+    constexpr int BM = Config<D, false>::BM, BN = Config<D, false>::BN;
+    CUtensorMap maps[3];
+    if (!encode(&maps[0], Q, heads, S, D, BM) || !encode(&maps[1], K, heads, S, D, BN) ||
+        !encode(&maps[2], V, heads, S, D, BN))
         return cudaErrorInvalidValue;
-    cudaError_t err =
-        cudaFuncSetAttribute(attention_fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
+    const long long tiles = (long long)((S + BM - 1) / BM) * heads;
+    int device = 0, sms = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (err != cudaSuccess) return err;
-    const dim3 grid((S + BM - 1) / BM, heads);
-    attention_fwd_kernel<D><<<grid, THREADS, C::SMEM, stream>>>(tmap_q, tmap_k, tmap_v, O, LSE, S, causal,
-                                                                scale * LOG2E);
-    return cudaGetLastError();
+    const bool persistent = (D <= 128 || (S + BN - 1) / BN <= 16) && tiles > sms && workspace &&
+                            workspace_bytes >= (1 + (size_t)Config<D, true>::QBUF * sms) * sizeof(int) &&
+                            (reinterpret_cast<uintptr_t>(workspace) & 3) == 0;
+    if (persistent)
+        return run<Config<D, true>>(maps, O, LSE, static_cast<int*>(workspace), heads, S, causal, scale, dim3(sms), stream);
+    return run<Config<D, false>>(maps, O, LSE, nullptr, heads, S, causal, scale, dim3((S + BM - 1) / BM, heads), stream);
 }
 
 }  // namespace
@@ -608,18 +758,16 @@ extern "C" cudaError_t ptxbench_attention_fwd(const __nv_bfloat16* Q, const __nv
                                               const __nv_bfloat16* V, __nv_bfloat16* O, float* LSE, int B, int H,
                                               int S, int D, int causal, float scale, void* workspace,
                                               size_t workspace_bytes, cudaStream_t stream) {
-    (void)workspace;
-    (void)workspace_bytes;
     const long long heads = (long long)B * H;
     if (B <= 0 || H <= 0 || S <= 0 || heads > 65535 || !Q || !K || !V || !O || !LSE ||
         ((reinterpret_cast<uintptr_t>(Q) | reinterpret_cast<uintptr_t>(K) | reinterpret_cast<uintptr_t>(V)) & 15) ||
         (reinterpret_cast<uintptr_t>(O) & 15))   // O is written in 16 B row pieces
         return cudaErrorInvalidValue;
     switch (D) {
-        case 64: return launch<64>(Q, K, V, O, LSE, (int)heads, S, causal, scale, stream);
-        case 96: return launch<96>(Q, K, V, O, LSE, (int)heads, S, causal, scale, stream);
-        case 128: return launch<128>(Q, K, V, O, LSE, (int)heads, S, causal, scale, stream);
-        case 256: return launch<256>(Q, K, V, O, LSE, (int)heads, S, causal, scale, stream);
+        case 64: return launch<64>(Q, K, V, O, LSE, (int)heads, S, causal, scale, workspace, workspace_bytes, stream);
+        case 96: return launch<96>(Q, K, V, O, LSE, (int)heads, S, causal, scale, workspace, workspace_bytes, stream);
+        case 128: return launch<128>(Q, K, V, O, LSE, (int)heads, S, causal, scale, workspace, workspace_bytes, stream);
+        case 256: return launch<256>(Q, K, V, O, LSE, (int)heads, S, causal, scale, workspace, workspace_bytes, stream);
         default: return cudaErrorInvalidValue;
     }
 }
