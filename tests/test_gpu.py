@@ -55,9 +55,7 @@ def _evaluate(
     return {v.stage: v for v in verdicts}
 
 
-DECODE_SOURCE = (
-    (TASKS / "reference" / "h100" / "gqa_paged_decode").with_suffix(".cu").read_text()
-)  # a reference, not planted
+DECODE_SOURCE = (TASKS / "reference" / "h100" / "gqa_paged_decode.cu").read_text()
 SKEWED = Shape({"B": 7, "L": 3001, "lens": "skewed"}, "b7-l3001-skewed", hidden=True)
 
 

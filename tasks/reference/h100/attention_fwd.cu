@@ -554,10 +554,19 @@ attention_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_co
         __syncwarp();
         if (lane == 0) mbar_arrive(bar);
     };
-    // Round-robin where the key blocks are 128 wide (every warpgroup then walks all of its tile's blocks, the third
-    // of d64 at most one masked block more than it needs); warpgroup 0 goes first, so each later one has already
-    // arrived for it (and the third for the second).
-    constexpr bool PINGPONG = BN == 128;
+    // Round-robin where the key blocks are 128 wide: one turn per key block from the second, a warpgroup's products
+    // issued within its turn. Every warpgroup takes k_end - 1 turns a tile, empty ones for the blocks wholly above its
+    // rows (causal d64: BM 192 over 128-key blocks). Warpgroup 0 goes first, so each later one has already arrived for
+    // it (and the third for the second).
+    constexpr bool PINGPONG = BN == 128, SKIPS = BM > BN;
+    auto take_turn = [&] {
+        if (PINGPONG) named_sync<CONSUMERS>(1 + cw);
+    };
+    auto pass_turn = [&] {
+        if (PINGPONG)
+            for (int c = 0; c < CONSUMERS; ++c)
+                if (c != cw) named_arrive<CONSUMERS>(1 + c);
+    };
     if (PINGPONG)
         for (int c = 0; c < cw; ++c) named_arrive<CONSUMERS>(1 + c);
 
@@ -576,7 +585,9 @@ attention_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_co
         tile_of(t, q0, bh, k_end);
         const int wg_row = q0 + cw * 64;                    // first query row of this warpgroup
         const int row = wg_row + warp * 16 + lane / 4;      // this thread's rows: row and row + 8
-        const int wg_end = causal && !PINGPONG ? min(k_end, (wg_row + 63) / BN + 1) : k_end;
+        // Key blocks with a row of this warpgroup on or below them: fewer than k_end only where a tile is taller than a
+        // key block (causal d64 and d256).
+        const int wg_end = causal && SKIPS ? min(k_end, (wg_row + 63) / BN + 1) : k_end;
         const int it0 = C::PERSISTENT ? ring : 0;           // a multiple of STAGES
         auto slot = [](int kb) { return 8 * (kb % STAGES); };
         auto phase_of = [&](int kb) { return (uint32_t)(((it0 + kb) / STAGES) & 1); };
@@ -617,15 +628,13 @@ attention_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_co
             pin(p_frag);
 #pragma unroll
             for (int p = 0; p < DP; ++p) pin(o[p]);
-            if (PINGPONG) named_sync<CONSUMERS>(1 + cw);
+            take_turn();
             wgmma_fence();
             scores<C::D, C::BM, BN>(s_acc, q_tile, sm.k + (slot(kb) / 8) * C::KV_BYTES);
             wgmma_commit();
             accumulate_pv<BN, DP>(o, p_frag, sm.v + (slot(kb - 1) / 8) * C::KV_BYTES);
             wgmma_commit();
-            if (PINGPONG)
-                for (int c = 0; c < CONSUMERS; ++c)
-                    if (c != cw) named_arrive<CONSUMERS>(1 + c);
+            pass_turn();
             asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
             pin(s_acc);
             release(sm.empty_k + slot(kb));
@@ -664,7 +673,11 @@ attention_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_co
 #pragma unroll
         for (int p = 0; p < DP; ++p) pin(o[p]);
         release(sm.empty_v + slot(wg_end - 1));
-        for (int kb = wg_end; kb < padded(k_end); ++kb) {
+        for (int kb = wg_end; kb < padded(k_end); ++kb) {   // blocks above this warpgroup's rows, then padding
+            if (SKIPS && kb < k_end) {
+                take_turn();
+                pass_turn();
+            }
             mbar_wait(sm.full_k + slot(kb), phase_of(kb));
             release(sm.empty_k + slot(kb));
             mbar_wait(sm.full_v + slot(kb), phase_of(kb));
