@@ -8,13 +8,13 @@ shape as it goes; last, a summary per task with issue 20's goals marked.
 Usage (from the checkout on the GPU machine; the paged families need FlashInfer's wheels, see README):
   PYTHONPATH=. python3 scripts/bench_reference.py table    # gemm, attention_fwd, attention_bwd: the whole table
   PYTHONPATH=. python3 scripts/bench_reference.py FAMILY [KERNEL.cu ...] [-k WORDS ...] [--shapes WHICH]
-      [--no-baseline]
+      [--no-baseline] [--runs N] [--hang SECONDS]
 Several kernels (variants of one reference) get a column each; speedups and the summary are of each. A
 shape runs when its label "TASK SHAPE " holds every word of one -k (e.g. -k "n7168-k5120 m8192 "; -k d64 -k d96
-for either); `--shapes`
-is visible, hidden or all (the default); `--no-baseline` skips the vendor library (FlashInfer's first call
-compiles for minutes on a fresh machine). Exit status 1 when a check failed. The verdicts of record come from
-the harness: `pytest tasks --ptx-model=reference -k FAMILY`.
+for either); `--shapes` is visible, hidden or all (the default); `--no-baseline` skips the vendor library
+(FlashInfer's first call compiles for minutes on a fresh machine); `--runs` timed runs per shape (30); a step
+that runs past `--hang` seconds (60) is named and ends the run (exit status 2). Exit status 1 when a check
+failed. The verdicts of record come from the harness: `pytest tasks --ptx-model=reference -k FAMILY`.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from pytest_ptxbench.pipeline import Pipeline
 from pytest_ptxbench.rundir import RunDirectory
 from pytest_ptxbench.settings import defaults
 from pytest_ptxbench.targets import TARGETS
-from pytest_ptxbench.task.catalogue import Family, Shape, Task
+from pytest_ptxbench.task.catalogue import Family, Shape, Task, load_family
 from pytest_ptxbench.verdict import Outcome, Status, Verdict, decide
 
 from .conftest import DESCRIPTORS_CACHED_ON_M, ON_ANOTHER_STREAM, PLANTED, REFERENCE_GEMM, TASKS, planted_variant
@@ -61,8 +61,6 @@ SKEWED = Shape({"B": 7, "L": 3001, "lens": "skewed"}, "b7-l3001-skewed", hidden=
 
 @pytest.fixture(scope="module")
 def decode() -> Family:
-    from pytest_ptxbench.task.catalogue import load_family
-
     return load_family(TASKS / "gqa_paged_decode.yaml")
 
 
@@ -93,8 +91,6 @@ def test_a_decode_that_assumes_a_sequences_pages_are_contiguous_fails_check(pipe
 
 @pytest.fixture(scope="module")
 def attention_fwd() -> Family:
-    from pytest_ptxbench.task.catalogue import load_family
-
     return load_family(TASKS / "attention_fwd.yaml")
 
 
