@@ -4,11 +4,17 @@
 // NOT RUN ON HARDWARE: built and disassembled only (no B200 was available). The bit layouts it relies on
 // are spelled out next to the code that builds them.
 //
-// Design (FlashAttention-4 style, one CTA per (b·h, group of Q_TILES 128-row query tiles)):
-//   warp TMA, lane 0 : loads the Q tiles once, then K and V blocks of 128 keys into a ring of SLOTS
+// Design (FlashAttention-4 style; a unit of work is a (b·h, group of Q_TILES 128-row query tiles) pair):
+//   Two schedules of one kernel (the PERSISTENT flag; the launcher picks): one CTA per unit, or one CTA per SM
+//   taking units from a counter in the workspace (the TMA warp claims the next unit once it has issued the current
+//   one's last load), so that the next unit's Q and first blocks load, and its first S products run, while the
+//   softmax warpgroups finish the current one. Unit u is head u % BH of query group u / BH, causal groups from the
+//   last (the most keys) down: all heads' longest units first, in either schedule. TMEM is allocated once per CTA.
+//   warp TMA, lane 0 : loads each unit's Q tiles once, then K and V blocks of 128 keys into a ring of SLOTS
 //                      shared-memory slots, in the order the MMA warp first needs them.
 //   warp MMA, lane 0 : S = Q·Kᵀ (tcgen05.mma, both operands in smem) into TMEM; O += P·V with P read from
-//                      TMEM (the ".kind::f16 [d], [a], b_desc" form) and V from smem. Also owns TMEM.
+//                      TMEM (the ".kind::f16 [d], [a], b_desc" form) and V from smem, O restarting (accumulate
+//                      0) at each unit's first PV. Also owns TMEM.
 //   softmax warpgroups (one per Q tile; warp w owns TMEM lanes 32(w%4)..+31 = tile rows, one row a thread):
 //                      tcgen05.ld the S row into registers, mask, online softmax in base 2 (exp2 after
 //                      folding scale·log2(e)), write P as bf16 over the first half of the S columns with
@@ -18,12 +24,26 @@
 //   D <= 128: two Q tiles ping-pong (tile 1's softmax overlaps tile 0's MMAs and back), one S buffer each.
 //   D == 256: one Q tile (TMEM is full), two S buffers so S(j+1) is computed while block j's softmax runs.
 //
-// Synchronisation (mbarriers): q_full (TMA tx), kv_full/kv_empty per slot (TMA tx / tcgen05.commit),
-// s_full[b] (commit after an S MMA), p_full[b] (128 softmax arrivals: P and any O rescale are in TMEM),
-// o_done[t] (commit after each PV of tile t; the softmax waits on it only before rescaling O and for the
-// epilogue). Every wait is on a phase at most one ahead of the last one waited, so parity is unambiguous.
-// Ordering assumption: tcgen05.mma instructions issued by one thread execute in issue order, so an S MMA
-// issued after the PV that reads P from the same TMEM columns does not overwrite P early (as FA4 relies on).
+// Synchronisation (mbarriers): q_full (TMA tx; a persistent CTA's end marker: an arrival, nothing loaded),
+// q_empty (persistent: a commit after the unit's last S MMA, then Q may be reloaded, and an arrival from every
+// softmax warp once it has read the unit's slot, then the slot may be rewritten), kv_full/kv_empty per slot
+// (TMA tx / tcgen05.commit), s_full[b] (commit after an S MMA into S buffer b), p_full[b] (128 softmax arrivals:
+// P and any O rescale are in TMEM), o_done[b] (commit after each PV that read its P from buffer b; the softmax
+// waits on it only before rescaling O and for the epilogue). The counts run on over a persistent CTA's units:
+// the TMA warp counts its units, the MMA warp and each softmax warpgroup their units and their blocks (block g
+// of the CTA uses buffer g % 2 at D 256), so a unit's phases follow on from the last one's.
+// Every wait is for the phase in progress or the one just completed, never for one two phases on (the same
+// parity), so parity is unambiguous:
+//   - the phase after the awaited one needs the waiter to go on first: kv slots, Q and the unit slot alternate fill
+//     and release, each waiting for the other; the next S into buffer b (and so the next P) is issued only after
+//     the PV that waited for this P; the next PV from buffer b waits for the softmax's next P;
+//   - the phase before it is complete: each waiter waits for every phase in turn, except the softmax on o_done[b],
+//     where the earlier phase's PV was issued before an S that the softmax has already waited for.
+//   Nothing resets between units, and the MMA warp issues a unit's work only after all of the last one's, so
+//   this holds across units as within one.
+// Ordering assumptions: tcgen05.mma instructions issued by one thread execute in issue order, so an S MMA
+// issued after the PV that reads P from the same TMEM columns does not overwrite P early (as FA4 relies on),
+// and a thread's tcgen05.commit arrivals happen in issue order.
 //
 // Shared memory (1024-B aligned; every tile is a stack of TMA boxes [64 columns x rows], 128B-swizzled):
 //   Q tile t : D_PAD/64 boxes of [64 x 128 rows] (16 KiB each); K or V slot: D_PAD/64 boxes of [64 x 128 keys].
@@ -222,15 +242,35 @@ struct Ring {
     }
 };
 
-template <int D>
+// A persistent CTA's unit slot in the workspace ([unit counter][one slot per CTA]): the unit whose Q the TMA warp
+// loads next (-1: none left). Written before q_full is armed, read after its wait, rewritten only once q_empty has
+// completed (every reader has arrived). Global, not shared, memory: compute-sanitizer's racecheck does not follow
+// the mbarrier ordering of plain shared-memory accesses.
+__device__ __forceinline__ void put_slot(int* slot, int u) {
+    asm volatile("st.global.u32 [%0], %1;" :: "l"(slot), "r"(u) : "memory");
+}
+__device__ __forceinline__ int get_slot(const int* slot) {
+    int u;
+    asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(u) : "l"(slot) : "memory");
+    return u;
+}
+
+// A unit of work: head bh, query rows [q0, q0 + Q_TILES·BM), key blocks [0, n_blocks).
+struct Unit {
+    int bh, q0, n_blocks;
+};
+
+template <int D, bool PERSISTENT>
 __global__ void __launch_bounds__(Cfg<D>::THREADS, 1)
 attention_fwd_tcgen05_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                              const __grid_constant__ CUtensorMap tmV, __nv_bfloat16* __restrict__ O,
-                             float* __restrict__ LSE, int S, int causal, float scale_log2) {
+                             float* __restrict__ LSE, int* __restrict__ work, int BH, int S, int causal,
+                             float scale_log2) {
     using C = Cfg<D>;
     constexpr int QT = C::Q_TILES;
 
     __shared__ __align__(8) uint64_t q_full;
+    __shared__ __align__(8) uint64_t q_empty;   // PERSISTENT only
     __shared__ __align__(8) uint64_t kv_full[C::SLOTS];
     __shared__ __align__(8) uint64_t kv_empty[C::SLOTS];
     __shared__ __align__(8) uint64_t s_full[2];
@@ -243,21 +283,30 @@ attention_fwd_tcgen05_kernel(const __grid_constant__ CUtensorMap tmQ, const __gr
 
     const int warp = threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
-    const int bh = blockIdx.x;
-    // Causal: the last query tiles have the most keys; schedule them first.
-    const int y = causal ? int(gridDim.y) - 1 - int(blockIdx.y) : int(blockIdx.y);
-    const int q0 = y * QT * BM;
-    const int kv_end = causal ? min(S, q0 + QT * BM) : S;
-    const int n_blocks = (kv_end + BN - 1) / BN;
-    // Which S buffer block j of tile t uses, and how many times that buffer was used before.
-    auto buffer = [&](int t, int j) { return QT == 2 ? t : (j & 1); };
-    auto use = [&](int j) { return QT == 2 ? j : (j >> 1); };
+    const int groups = (S + QT * BM - 1) / (QT * BM);
+    // PERSISTENT: this CTA's slot, computed where used (held from here, it was spilled around setmaxnreg).
+    auto slot = [&] { return work + 1 + blockIdx.x; };
+    // Unit u: head u % BH, query group u / BH; without PERSISTENT the CTA's own, head blockIdx.x, group blockIdx.y
+    // (the same order: x runs fastest). Causal: groups from the last, which has the most keys, to the first.
+    auto unit_of = [&](int u) {
+        const int g = PERSISTENT ? u / BH : int(blockIdx.y);
+        const int q0 = (causal ? groups - 1 - g : g) * QT * BM;
+        const int kv_end = causal ? min(S, q0 + QT * BM) : S;
+        return Unit{PERSISTENT ? u % BH : int(blockIdx.x), q0, (kv_end + BN - 1) / BN};
+    };
+    // Block g of tile t, g counting the blocks of all the CTA's units so far: the S buffer (and o_done barrier) it
+    // uses, and how many times that buffer was used before. At D 256 o_done goes by buffer too: with one barrier for
+    // every PV, the epilogue's wait for the last PV could pass on the phase of the PV before it (the same parity
+    // two phases back) while that one was still running.
+    auto buffer = [](int t, int g) { return QT == 2 ? t : (g & 1); };
+    auto use = [](int g) { return QT == 2 ? g : (g >> 1); };
 
     if (warp == C::TMA_WARP && lane == 0) {
         asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<uint64_t>(&tmQ)) : "memory");
         asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<uint64_t>(&tmK)) : "memory");
         asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<uint64_t>(&tmV)) : "memory");
         mbar_init(smem_u32(&q_full), 1);
+        if (PERSISTENT) mbar_init(smem_u32(&q_empty), 1 + C::SOFTMAX_WARPS);   // the MMA warp, every softmax warp
         for (int s = 0; s < C::SLOTS; ++s) {
             mbar_init(smem_u32(&kv_full[s]), 1);
             mbar_init(smem_u32(&kv_empty[s]), 1);
@@ -270,7 +319,7 @@ attention_fwd_tcgen05_kernel(const __grid_constant__ CUtensorMap tmQ, const __gr
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     }
-    if (warp == C::MMA_WARP) tmem_alloc(smem_u32(&tmem_slot), 512);
+    if (warp == C::MMA_WARP) tmem_alloc(smem_u32(&tmem_slot), 512);   // once per CTA, whatever its units
     tc_fence_before();
     __syncthreads();
     tc_fence_after();
@@ -282,32 +331,51 @@ attention_fwd_tcgen05_kernel(const __grid_constant__ CUtensorMap tmQ, const __gr
         if (warp == C::TMA_WARP) {
             if (lane == 0) {
                 const uint32_t qb = smem_u32(&q_full);
-                mbar_expect_tx(qb, QT * C::Q_TILE_BYTES);   // out-of-bounds parts of a box count too (zero-filled)
-                for (int t = 0; t < QT; ++t)
-                    for (int b = 0; b < C::BOXES; ++b)
-                        tma_load_3d(q_smem + t * C::Q_TILE_BYTES + b * BM * 128, &tmQ, b * 64, q0 + t * BM, bh, qb);
-                Ring<C::SLOTS> ring;
-                auto load = [&](const CUtensorMap* map, int j) {
-                    mbar_wait(smem_u32(&kv_empty[ring.slot]), ring.phase ^ 1);   // the first pass returns at once
-                    const uint32_t fb = smem_u32(&kv_full[ring.slot]);
-                    const uint32_t dst = kv_smem + ring.slot * C::KV_BYTES;
-                    mbar_expect_tx(fb, C::KV_BYTES);
-                    for (int b = 0; b < C::BOXES; ++b) tma_load_3d(dst + b * BN * 128, map, b * 64, j * BN, bh, fb);
-                    ring.advance();
-                };
-                // The MMA warp's order of first use.
-                if (QT == 2) {
-                    for (int j = 0; j < n_blocks; ++j) {
-                        load(&tmK, j);
-                        load(&tmV, j);
+                Ring<C::SLOTS> ring;   // runs on across units, as the MMA warp's does
+                int u = PERSISTENT ? int(blockIdx.x) : 0;
+                for (int n = 0;; ++n) {
+                    if (PERSISTENT) {
+                        const int units = groups * BH;
+                        mbar_wait(smem_u32(&q_empty), (n & 1) ^ 1);   // unit n-1 done with Q and its slot
+                        put_slot(slot(), u < units ? u : -1);
+                        if (u >= units) {
+                            mbar_arrive(qb);   // the end marker: a phase of q_full with nothing loaded
+                            break;
+                        }
                     }
-                } else {
-                    load(&tmK, 0);
-                    if (n_blocks > 1) load(&tmK, 1);
-                    for (int j = 0; j < n_blocks; ++j) {
-                        load(&tmV, j);
-                        if (j + 2 < n_blocks) load(&tmK, j + 2);
+                    const Unit w = unit_of(u);
+                    mbar_expect_tx(qb, QT * C::Q_TILE_BYTES);   // out-of-bounds parts of a box count too (zero-filled)
+                    for (int t = 0; t < QT; ++t)
+                        for (int b = 0; b < C::BOXES; ++b)
+                            tma_load_3d(q_smem + t * C::Q_TILE_BYTES + b * BM * 128, &tmQ, b * 64, w.q0 + t * BM, w.bh,
+                                        qb);
+                    auto load = [&](const CUtensorMap* map, int j) {
+                        mbar_wait(smem_u32(&kv_empty[ring.slot]), ring.phase ^ 1);   // the first pass returns at once
+                        const uint32_t fb = smem_u32(&kv_full[ring.slot]);
+                        const uint32_t dst = kv_smem + ring.slot * C::KV_BYTES;
+                        mbar_expect_tx(fb, C::KV_BYTES);
+                        for (int b = 0; b < C::BOXES; ++b)
+                            tma_load_3d(dst + b * BN * 128, map, b * 64, j * BN, w.bh, fb);
+                        ring.advance();
+                    };
+                    // The MMA warp's order of first use.
+                    if (QT == 2) {
+                        for (int j = 0; j < w.n_blocks; ++j) {
+                            load(&tmK, j);
+                            load(&tmV, j);
+                        }
+                    } else {
+                        load(&tmK, 0);
+                        if (w.n_blocks > 1) load(&tmK, 1);
+                        for (int j = 0; j < w.n_blocks; ++j) {
+                            load(&tmV, j);
+                            if (j + 2 < w.n_blocks) load(&tmK, j + 2);
+                        }
                     }
+                    if (!PERSISTENT) break;
+                    // Claimed once this unit's last load is issued: claimed earlier, a long causal unit's CTA would
+                    // hold the next one while others ran dry. Its latency hides behind the wait on q_empty.
+                    u = int(gridDim.x) + atomicAdd(work, 1);
                 }
             }
             __syncwarp();
@@ -316,6 +384,8 @@ attention_fwd_tcgen05_kernel(const __grid_constant__ CUtensorMap tmQ, const __gr
                 constexpr uint32_t ID_S = idesc(BN, false);        // S[128 x 128] = Q · Kᵀ
                 constexpr uint32_t ID_O = idesc(C::D_PAD, true);   // O[128 x D] += P · V, V MN-major
                 Ring<C::SLOTS> ring;
+                int g0 = 0;         // blocks of the CTA's earlier units: block j of this unit is g0 + j
+                int n_blocks = 0;   // of this unit
                 auto acquire = [&]() {
                     const int s = ring.slot;
                     mbar_wait(smem_u32(&kv_full[s]), ring.phase);
@@ -324,7 +394,8 @@ attention_fwd_tcgen05_kernel(const __grid_constant__ CUtensorMap tmQ, const __gr
                     return s;
                 };
                 auto release = [&](int s) { umma_commit(smem_u32(&kv_empty[s])); };
-                auto mma_s = [&](int t, int kslot, int b) {
+                auto mma_s = [&](int t, int kslot, int j) {
+                    const int b = buffer(t, g0 + j);
                     const uint32_t qa = q_smem + t * C::Q_TILE_BYTES;
                     const uint32_t ka = kv_smem + kslot * C::KV_BYTES;
 #pragma unroll
@@ -333,54 +404,64 @@ attention_fwd_tcgen05_kernel(const __grid_constant__ CUtensorMap tmQ, const __gr
                         umma_ss(tmem + C::S_COL + 128 * b, kmajor_desc(qa + off), kmajor_desc(ka + off), ID_S, k > 0);
                     }
                     umma_commit(smem_u32(&s_full[b]));
+                    if (PERSISTENT && t == QT - 1 && j == n_blocks - 1)   // the unit's last read of Q
+                        umma_commit(smem_u32(&q_empty));
                 };
-                auto mma_pv = [&](int t, int vslot, int b, int j) {
-                    mbar_wait(smem_u32(&p_full[b]), use(j) & 1);
+                auto mma_pv = [&](int t, int vslot, int j) {
+                    const int b = buffer(t, g0 + j);
+                    mbar_wait(smem_u32(&p_full[b]), use(g0 + j) & 1);
                     tc_fence_after();
                     const uint32_t va = kv_smem + vslot * C::KV_BYTES;
 #pragma unroll
-                    for (int k = 0; k < BN / UMMA_K; ++k)
+                    for (int k = 0; k < BN / UMMA_K; ++k)   // each unit's first PV (j = k = 0) starts O afresh
                         umma_ts(tmem + C::O_COL + t * C::D_PAD, tmem + C::S_COL + 128 * b + 8 * k,
                                 mnmajor_desc(va + k * 2048), ID_O, (j | k) != 0);
-                    umma_commit(smem_u32(&o_done[t]));
+                    umma_commit(smem_u32(&o_done[b]));
                 };
-                mbar_wait(smem_u32(&q_full), 0);
-                tc_fence_after();
-                if (QT == 2) {
-                    // S0(0) S1(0) | PV0(j) S0(j+1) PV1(j) S1(j+1) ...: one tile's softmax runs under the other's MMAs.
-                    int k = acquire();
-                    mma_s(0, k, 0);
-                    mma_s(1, k, 1);
-                    for (int j = 0; j < n_blocks; ++j) {
-                        const int v = acquire();
-                        release(k);   // after S1(j)
-                        mma_pv(0, v, 0, j);
-                        const bool more = j + 1 < n_blocks;
-                        if (more) {
-                            k = acquire();
-                            mma_s(0, k, 0);
+                for (int n = 0;; ++n) {
+                    mbar_wait(smem_u32(&q_full), n & 1);
+                    int u = 0;
+                    if (PERSISTENT && (u = get_slot(slot())) < 0) break;
+                    tc_fence_after();
+                    n_blocks = unit_of(u).n_blocks;
+                    if (QT == 2) {
+                        // S0(0) S1(0) | PV0(j) S0(j+1) PV1(j) S1(j+1) ...: one tile's softmax under the other's MMAs.
+                        int k = acquire();
+                        mma_s(0, k, 0);
+                        mma_s(1, k, 0);
+                        for (int j = 0; j < n_blocks; ++j) {
+                            const int v = acquire();
+                            release(k);   // after S1(j)
+                            mma_pv(0, v, j);
+                            const bool more = j + 1 < n_blocks;
+                            if (more) {
+                                k = acquire();
+                                mma_s(0, k, j + 1);
+                            }
+                            mma_pv(1, v, j);
+                            release(v);
+                            if (more) mma_s(1, k, j + 1);
                         }
-                        mma_pv(1, v, 1, j);
-                        release(v);
-                        if (more) mma_s(1, k, 1);
-                    }
-                } else {
-                    // S(0) S(1) | PV(j) S(j+2) ...: two S buffers keep the tensor core busy during the softmax.
-                    for (int j = 0; j < 2 && j < n_blocks; ++j) {
-                        const int k = acquire();
-                        mma_s(0, k, j);
-                        release(k);
-                    }
-                    for (int j = 0; j < n_blocks; ++j) {
-                        const int v = acquire();
-                        mma_pv(0, v, j & 1, j);
-                        release(v);
-                        if (j + 2 < n_blocks) {
+                    } else {
+                        // S(0) S(1) | PV(j) S(j+2) ...: two S buffers keep the tensor core busy during the softmax.
+                        for (int j = 0; j < 2 && j < n_blocks; ++j) {
                             const int k = acquire();
-                            mma_s(0, k, j & 1);
+                            mma_s(0, k, j);
                             release(k);
                         }
+                        for (int j = 0; j < n_blocks; ++j) {
+                            const int v = acquire();
+                            mma_pv(0, v, j);
+                            release(v);
+                            if (j + 2 < n_blocks) {
+                                const int k = acquire();
+                                mma_s(0, k, j + 2);
+                                release(k);
+                            }
+                        }
                     }
+                    g0 += n_blocks;
+                    if (!PERSISTENT) break;
                 }
             }
             __syncwarp();
@@ -390,88 +471,107 @@ attention_fwd_tcgen05_kernel(const __grid_constant__ CUtensorMap tmQ, const __gr
         // Softmax warpgroup t: thread = one query row of tile t (TMEM lane).
         const int t = warp / 4;
         const int row = (warp % 4) * 32 + lane;
-        const int tile_q0 = q0 + t * BM;
-        const int q = tile_q0 + row;
         const uint32_t taddr = tmem + (uint32_t((warp % 4) * 32) << 16);
         const uint32_t o_addr = taddr + C::O_COL + t * C::D_PAD;
-        float m = -INFINITY;   // running max of scale·log2(e)·s, the reference of l and O
-        float l = 0.f;
-        for (int j = 0; j < n_blocks; ++j) {
-            const int b = buffer(t, j);
-            const uint32_t s_addr = taddr + C::S_COL + 128 * b;
-            mbar_wait(smem_u32(&s_full[b]), use(j) & 1);
-            tc_fence_after();
-            float s[BN];
-#pragma unroll
-            for (int c = 0; c < BN / 32; ++c) tmem_ld32(s_addr + 32 * c, s + 32 * c);
-            const int k0 = j * BN;
-            if (k0 + BN > S || (causal && k0 + BN - 1 > tile_q0)) {   // uniform over the tile
-                const int visible = causal ? min(S, q + 1) : S;       // keys [0, visible) take part
-#pragma unroll
-                for (int c = 0; c < BN; ++c)
-                    if (k0 + c >= visible) s[c] = -INFINITY;
+        int g0 = 0;   // blocks of the CTA's earlier units
+        for (int n = 0;; ++n) {
+            int u = 0;
+            if (PERSISTENT) {
+                mbar_wait(smem_u32(&q_full), n & 1);
+                // The same in every lane; lane 0 arrives only once the reduction holds every lane's read.
+                u = int(__reduce_or_sync(0xffffffffu, unsigned(get_slot(slot()))));
+                if (u < 0) break;
+                if (lane == 0) mbar_arrive(smem_u32(&q_empty));
             }
-            float mx = -INFINITY;
+            const Unit w = unit_of(u);
+            const int tile_q0 = w.q0 + t * BM;
+            const int q = tile_q0 + row;
+            float m = -INFINITY;   // running max of scale·log2(e)·s, the reference of l and O
+            float l = 0.f;
+            for (int j = 0; j < w.n_blocks; ++j) {
+                const int g = g0 + j;
+                const int b = buffer(t, g);
+                const uint32_t s_addr = taddr + C::S_COL + 128 * b;
+                mbar_wait(smem_u32(&s_full[b]), use(g) & 1);
+                tc_fence_after();
+                float s[BN];
 #pragma unroll
-            for (int c = 0; c < BN; ++c) mx = fmaxf(mx, s[c]);
-            const float m_new = fmaxf(m, mx * scale_log2);
-            if (__any_sync(0xffffffffu, m_new > m + RESCALE_LOG2)) {   // warp-uniform: tcgen05.ld/st are .aligned
-                const float alpha = m_new == -INFINITY ? 1.f : ex2(m - m_new);
-                l *= alpha;
-                if (j > 0) {   // O holds blocks 0..j-1 once their last PV is done
-                    mbar_wait(smem_u32(&o_done[t]), (j - 1) & 1);
-                    tc_fence_after();
+                for (int c = 0; c < BN / 32; ++c) tmem_ld32(s_addr + 32 * c, s + 32 * c);
+                const int k0 = j * BN;
+                if (k0 + BN > S || (causal && k0 + BN - 1 > tile_q0)) {   // uniform over the tile
+                    const int visible = causal ? min(S, q + 1) : S;       // keys [0, visible) take part
+#pragma unroll
+                    for (int c = 0; c < BN; ++c)
+                        if (k0 + c >= visible) s[c] = -INFINITY;
+                }
+                float mx = -INFINITY;
+#pragma unroll
+                for (int c = 0; c < BN; ++c) mx = fmaxf(mx, s[c]);
+                const float m_new = fmaxf(m, mx * scale_log2);
+                if (__any_sync(0xffffffffu, m_new > m + RESCALE_LOG2)) {   // warp-uniform: tcgen05.ld/st are .aligned
+                    const float alpha = m_new == -INFINITY ? 1.f : ex2(m - m_new);
+                    l *= alpha;
+                    if (j > 0) {   // O holds blocks 0..j-1 once their last PV is done
+                        mbar_wait(smem_u32(&o_done[buffer(t, g - 1)]), use(g - 1) & 1);
+                        tc_fence_after();
 #pragma unroll 1
-                    for (int c = 0; c < D; c += 32) {
-                        float o[32];
-                        tmem_ld32(o_addr + c, o);
+                        for (int c = 0; c < D; c += 32) {
+                            float o[32];
+                            tmem_ld32(o_addr + c, o);
 #pragma unroll
-                        for (int e = 0; e < 32; ++e) o[e] *= alpha;
-                        tmem_st32(o_addr + c, o);
+                            for (int e = 0; e < 32; ++e) o[e] *= alpha;
+                            tmem_st32(o_addr + c, o);
+                        }
+                    }
+                    m = m_new;
+                }
+                const float mb = m == -INFINITY ? 0.f : m;   // fully masked so far: P = exp2(-inf) = 0, not NaN
+                float sum = 0.f;
+#pragma unroll
+                for (int c = 0; c < BN / 32; ++c) {
+                    uint32_t p[16];
+#pragma unroll
+                    for (int e = 0; e < 16; ++e) {
+                        const float p0 = ex2(fmaf(s[32 * c + 2 * e], scale_log2, -mb));
+                        const float p1 = ex2(fmaf(s[32 * c + 2 * e + 1], scale_log2, -mb));
+                        sum += p0 + p1;
+                        p[e] = pack_bf16x2(p0, p1);
+                    }
+                    tmem_st16(s_addr + 16 * c, p);   // P[:, 32c .. 32c+31] over S columns already read
+                }
+                l += sum;
+                tmem_wait_st();
+                tc_fence_before();
+                mbar_arrive(smem_u32(&p_full[b]));
+            }
+            g0 += w.n_blocks;
+            // Epilogue: O / l in bf16 and LSE = ln(sum exp(scale·s)) = (m + log2 l) · ln 2. The next unit's first PV
+            // into this O (accumulate 0) waits on p_full for the next unit's block 0, to which all 128 threads of this
+            // warpgroup arrive only after their loads below have completed (the wait is in tmem_ld32's asm), with
+            // tc_fence_before, and the MMA warp fences after its wait: p_full already orders the epilogue's reads of
+            // O before the overwrite, so O needs no barrier of its own.
+            mbar_wait(smem_u32(&o_done[buffer(t, g0 - 1)]), use(g0 - 1) & 1);
+            tc_fence_after();
+            const float inv_l = l > 0.f ? 1.f / l : 0.f;
+            const size_t row_index = size_t(w.bh) * S + q;
+            if (q < S) LSE[row_index] = (m + __log2f(l)) * LN2;
+#pragma unroll 1
+            for (int c = 0; c < D; c += 32) {
+                float o[32];
+                tmem_ld32(o_addr + c, o);
+                if (q < S) {
+                    uint4* dst = reinterpret_cast<uint4*>(O + row_index * D + c);
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const float* v = o + 8 * e;
+                        dst[e] = make_uint4(pack_bf16x2(v[0] * inv_l, v[1] * inv_l),
+                                            pack_bf16x2(v[2] * inv_l, v[3] * inv_l),
+                                            pack_bf16x2(v[4] * inv_l, v[5] * inv_l),
+                                            pack_bf16x2(v[6] * inv_l, v[7] * inv_l));
                     }
                 }
-                m = m_new;
             }
-            const float mb = m == -INFINITY ? 0.f : m;   // fully masked so far: P = exp2(-inf) = 0, not NaN
-            float sum = 0.f;
-#pragma unroll
-            for (int c = 0; c < BN / 32; ++c) {
-                uint32_t p[16];
-#pragma unroll
-                for (int e = 0; e < 16; ++e) {
-                    const float p0 = ex2(fmaf(s[32 * c + 2 * e], scale_log2, -mb));
-                    const float p1 = ex2(fmaf(s[32 * c + 2 * e + 1], scale_log2, -mb));
-                    sum += p0 + p1;
-                    p[e] = pack_bf16x2(p0, p1);
-                }
-                tmem_st16(s_addr + 16 * c, p);   // P[:, 32c .. 32c+31] over S columns already read
-            }
-            l += sum;
-            tmem_wait_st();
-            tc_fence_before();
-            mbar_arrive(smem_u32(&p_full[b]));
-        }
-        // Epilogue: O / l in bf16 and LSE = ln(sum exp(scale·s)) = (m + log2 l) · ln 2.
-        mbar_wait(smem_u32(&o_done[t]), (n_blocks - 1) & 1);
-        tc_fence_after();
-        const float inv_l = l > 0.f ? 1.f / l : 0.f;
-        const size_t row_index = size_t(bh) * S + q;
-        if (q < S) LSE[row_index] = (m + __log2f(l)) * LN2;
-#pragma unroll 1
-        for (int c = 0; c < D; c += 32) {
-            float o[32];
-            tmem_ld32(o_addr + c, o);
-            if (q < S) {
-                uint4* dst = reinterpret_cast<uint4*>(O + row_index * D + c);
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float* v = o + 8 * e;
-                    dst[e] = make_uint4(pack_bf16x2(v[0] * inv_l, v[1] * inv_l),
-                                        pack_bf16x2(v[2] * inv_l, v[3] * inv_l),
-                                        pack_bf16x2(v[4] * inv_l, v[5] * inv_l),
-                                        pack_bf16x2(v[6] * inv_l, v[7] * inv_l));
-                }
-            }
+            if (!PERSISTENT) break;
         }
     }
 
@@ -497,20 +597,41 @@ bool encode_heads(CUtensorMap* map, const void* ptr, int BH, int S, int D) {
                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int D>
-cudaError_t launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16* V, __nv_bfloat16* O,
-                   float* LSE, int BH, int S, int causal, float scale, cudaStream_t stream) {
+template <int D, bool PERSISTENT>
+cudaError_t run(const CUtensorMap (&maps)[3], __nv_bfloat16* O, float* LSE, int* work, int BH, int S, int causal,
+                float scale, dim3 grid, cudaStream_t stream) {
     using C = Cfg<D>;
-    CUtensorMap tmQ, tmK, tmV;
-    if (!encode_heads(&tmQ, Q, BH, S, D) || !encode_heads(&tmK, K, BH, S, D) || !encode_heads(&tmV, V, BH, S, D))
-        return cudaErrorInvalidValue;
-    cudaError_t err = cudaFuncSetAttribute(attention_fwd_tcgen05_kernel<D>,
+    cudaError_t err = cudaFuncSetAttribute(attention_fwd_tcgen05_kernel<D, PERSISTENT>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM_BYTES);
     if (err != cudaSuccess) return err;
-    const dim3 grid(unsigned(BH), unsigned((S + C::Q_TILES * BM - 1) / (C::Q_TILES * BM)));
-    attention_fwd_tcgen05_kernel<D><<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(tmQ, tmK, tmV, O, LSE, S, causal,
-                                                                                  scale * LOG2E);
+    if (PERSISTENT && (err = cudaMemsetAsync(work, 0, sizeof(int), stream)) != cudaSuccess) return err;
+    attention_fwd_tcgen05_kernel<D, PERSISTENT><<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(
+        maps[0], maps[1], maps[2], O, LSE, work, BH, S, causal, scale * LOG2E);
     return cudaGetLastError();
+}
+
+// Persistent CTAs (one per SM, units handed out by the counter in the workspace) where there are more units than SMs
+// and the workspace holds the counter and a slot per CTA; one CTA per unit otherwise. Not measured (no B200).
+template <int D>
+cudaError_t launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16* V, __nv_bfloat16* O,
+                   float* LSE, int BH, int S, int causal, float scale, void* workspace, size_t workspace_bytes,
+                   cudaStream_t stream) {
+    constexpr int GROUP_ROWS = Cfg<D>::Q_TILES * BM;
+    CUtensorMap maps[3];
+    if (!encode_heads(&maps[0], Q, BH, S, D) || !encode_heads(&maps[1], K, BH, S, D) ||
+        !encode_heads(&maps[2], V, BH, S, D))
+        return cudaErrorInvalidValue;
+    const int groups = (S + GROUP_ROWS - 1) / GROUP_ROWS;
+    int device = 0, sms = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (err != cudaSuccess) return err;
+    const bool persistent = (long long)groups * BH > sms && workspace &&
+                            workspace_bytes >= (1 + (size_t)sms) * sizeof(int) &&
+                            (reinterpret_cast<uintptr_t>(workspace) & 3) == 0;
+    if (persistent)
+        return run<D, true>(maps, O, LSE, static_cast<int*>(workspace), BH, S, causal, scale, dim3(sms), stream);
+    return run<D, false>(maps, O, LSE, nullptr, BH, S, causal, scale, dim3(unsigned(BH), unsigned(groups)), stream);
 }
 
 }  // namespace
@@ -519,8 +640,6 @@ extern "C" cudaError_t ptxbench_attention_fwd(const __nv_bfloat16* Q, const __nv
                                               __nv_bfloat16* O, float* LSE, int B, int H, int S, int D, int causal,
                                               float scale, void* workspace, size_t workspace_bytes,
                                               cudaStream_t stream) {
-    (void)workspace;   // the row statistics stay in registers
-    (void)workspace_bytes;
     if (B <= 0 || H <= 0 || S <= 0 || long(B) * H > 0x7fffffffL || !(scale > 0.f)) return cudaErrorInvalidValue;
     // TMA needs 16-B aligned bases; the epilogue stores 16 B.
     if ((reinterpret_cast<uintptr_t>(Q) | reinterpret_cast<uintptr_t>(K) | reinterpret_cast<uintptr_t>(V) |
@@ -528,10 +647,10 @@ extern "C" cudaError_t ptxbench_attention_fwd(const __nv_bfloat16* Q, const __nv
         return cudaErrorInvalidValue;
     const int BH = B * H;
     switch (D) {
-        case 64: return launch<64>(Q, K, V, O, LSE, BH, S, causal, scale, stream);
-        case 96: return launch<96>(Q, K, V, O, LSE, BH, S, causal, scale, stream);
-        case 128: return launch<128>(Q, K, V, O, LSE, BH, S, causal, scale, stream);
-        case 256: return launch<256>(Q, K, V, O, LSE, BH, S, causal, scale, stream);
+        case 64: return launch<64>(Q, K, V, O, LSE, BH, S, causal, scale, workspace, workspace_bytes, stream);
+        case 96: return launch<96>(Q, K, V, O, LSE, BH, S, causal, scale, workspace, workspace_bytes, stream);
+        case 128: return launch<128>(Q, K, V, O, LSE, BH, S, causal, scale, workspace, workspace_bytes, stream);
+        case 256: return launch<256>(Q, K, V, O, LSE, BH, S, causal, scale, workspace, workspace_bytes, stream);
         default: return cudaErrorInvalidValue;
     }
 }
