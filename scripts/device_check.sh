@@ -17,6 +17,11 @@
 #                                           # stage; `paged bench`: scripts/bench_reference.py on every task and shape
 #   bash scripts/device_check.sh prefill [KERNEL.cu ...] [-k WORDS] [--no-baseline]
 #                                           # scripts/bench_reference.py on the prefill family: variants side by side
+#   bash scripts/device_check.sh ncu REGEX FAMILY [KERNEL.cu ...] -k WORDS
+#                                           # ncu on the kernels whose names match REGEX in that bench run (ours and
+#                                           # the vendor's): clock, tensor pipe, issue, L2, top stalls (scripts/ncu_table.py);
+#                                           # the bench warms up with torch's bf16 matmul, also an "nvjet" kernel, so
+#                                           # narrow REGEX, e.g. "gemm_bf16_tn|nvjet.*TNT"
 # Needs the cupti-python wheel carried in .whl/ (see README). Logs go under $OUT (or ./device-out);
 # a short table is printed last.
 set -uo pipefail
@@ -101,6 +106,14 @@ if [ "${1:-}" = prefill ]; then
   shift
   python3 scripts/bench_reference.py gqa_paged_prefill "$@" > "$out/bench-prefill.log" 2>&1; echo "prefill rc=$?"
   sed -n '/^== \(failures\|all checks passed\)/,$p' "$out/bench-prefill.log"
+  exit 0
+fi
+if [ "${1:-}" = ncu ]; then
+  regex=$2; shift 2
+  ncu --clock-control none --kernel-name-base demangled --kernel-name "regex:$regex" --launch-count 6 \
+    --section SpeedOfLight --section WarpStateStats --metrics "$(python3 scripts/ncu_table.py --metrics)" \
+    --csv --page raw python3 scripts/bench_reference.py "$@" --runs 3 > "$out/ncu.csv" 2> "$out/ncu.err"
+  echo "ncu rc=$?"; python3 scripts/ncu_table.py "$out/ncu.csv" || tail -n 20 "$out/ncu.err"
   exit 0
 fi
 if [ "${1:-}" = attention ]; then

@@ -14,9 +14,11 @@
 //           dP^T = V_w dO_i^T         wgmma SS, A K-major, B K-major
 //           P^T  = exp2(S^T·scale·log2e − LSE·log2e);  dS^T = P^T ∘ (dP^T − Delta)
 //           dV  += P^T dO_i           wgmma RS, A = P^T (registers), B MN-major (64 x DP, fp32 regs)
-//           dK  += dS^T Q_i           wgmma RS, A = dS^T (registers), B MN-major
-//           dS^T → smem (bf16), named barrier over both consumers, then
+//           dS^T → smem (bf16) while dV runs, named barrier over both consumers, then
 //           dQ_i = dS K_j             wgmma SS, A MN-major (dS^T buffer), B MN-major (K_j)
+//           dK  += dS^T Q_i           wgmma RS, A = dS^T (registers), B MN-major; a wgmma group of its own,
+//                                     so that dQ_i is staged for the writer while dK runs (4% faster than
+//                                     dK before dQ, MEASUREMENTS.md, twentieth session)
 //         BM = 64 (D 96, 128): consumer w computes dQ columns [64w, 64w+64) over all 128 keys;
 //         BM = 128 (D 64): consumer w computes dQ rows [64w, 64w+64), all 64 columns.
 //         At the end dK·scale and dV are stored straight from the accumulators.
@@ -482,13 +484,12 @@ attn_bwd_main(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
             db[t] = pack_bf16(dpacc[2 * t], dpacc[2 * t + 1]);
         }
 
-        // dV += P^T dO and dK += dS^T Q: M = 64 keys, N = DP, K = BM queries; B MN-major (D contiguous).
+        // dV += P^T dO: M = 64 keys, N = DP, K = BM queries; B MN-major (D contiguous). It runs while dS^T goes to
+        // shared memory; dQ joins its group, dK += dS^T Q goes last in a group of its own, so that dQ is staged
+        // while the tensor cores work on dK.
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BM / 16; ++kk) wgmma_rs<DP, 1>(dv, pb + 4 * kk, desc_mn(dos + kk * 2048, C::QO_PANEL));
-#pragma unroll
-        for (int kk = 0; kk < BM / 16; ++kk) wgmma_rs<DP, 1>(dk, db + 4 * kk, desc_mn(qs + kk * 2048, C::QO_PANEL));
-        wgmma_commit();
 
         // dS^T (bf16) to shared memory for dQ: row = key, queries contiguous, 128B swizzle.
         const uint32_t dsb = C::DS_OFF + (it & 1) * C::DS_BYTES;
@@ -514,11 +515,12 @@ attn_bwd_main(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
             wgmma_ss<64, 1, 1>(dq, desc_mn(a_base + kk * 2048, C::DS_PANEL), desc_mn(b_base + kk * 2048, C::KV_PANEL),
                                kk > 0 ? 1u : 0u);
         wgmma_commit();
-        wgmma_wait<0>();
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; ++kk) wgmma_rs<DP, 1>(dk, db + 4 * kk, desc_mn(qs + kk * 2048, C::QO_PANEL));
+        wgmma_commit();
+        wgmma_wait<1>();                                     // dV and dQ done; dK runs on
         fence_acc(dq);
         fence_acc(dv);
-        fence_acc(dk);
-        if (lane == 0) mbar_arrive(empty_bar + 8 * s);     // Q, dO, LSE, Delta of this stage are consumed
 
         // Stage this warpgroup's dQ part for the writer warp.
         mbar_wait(dq_empty, (it & 1) ^ 1);
@@ -540,6 +542,9 @@ attn_bwd_main(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         }
         fence_proxy_async();
         mbar_arrive(dq_full);
+        wgmma_wait<0>();
+        fence_acc(dk);
+        if (lane == 0) mbar_arrive(empty_bar + 8 * s);     // Q, dO, LSE, Delta of this stage are consumed
     };
     for (int i = first_q; i < nqb; ++i) {
         const bool masked = (causal && i * BM < k0 + BN) || (i + 1) * BM > S || k0 + BN > S;
