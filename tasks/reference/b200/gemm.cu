@@ -3,17 +3,34 @@
 // NOT RUN ON HARDWARE: built and disassembled only (no B200 was available). The bit layouts it relies on
 // are spelled out next to the code that builds them.
 //
-// Structure (one 128 x BN output tile per CTA, or one K-slice of it, BN = 256 or 128, K-block 64):
+// Structure (128 x BN output tiles, BN = 256 or 128, K-block 64; 192 threads, one CTA per SM):
 //   warp 4, lane 0 : TMA producer. A tile [128 x 64] and B tile [BN x 64], 128B-swizzled, into a ring of
 //                    STAGES shared-memory stages; each stage completes on its full barrier (expect_tx).
-//   warp 5, lane 0 : MMA issuer. Waits for a full stage, issues 4 x tcgen05.mma (128 x BN x 16) into the
-//                    fp32 accumulator in Tensor Memory, then tcgen05.commit -> the stage's empty barrier.
-//                    After the last K-block, tcgen05.commit -> accum barrier.
-//                    Warp 5 also allocates/deallocates the BN TMEM columns (per CTA, in every launch).
+//   warp 5, lane 0 : MMA issuer. Waits for a full stage, issues 4 x tcgen05.mma (128 x BN x 16) into an fp32
+//                    accumulator in Tensor Memory, then tcgen05.commit -> the stage's empty barrier. After a
+//                    tile's last K-block, tcgen05.commit -> that accumulator's acc_full barrier.
+//                    Warp 5 also allocates the TMEM columns once per CTA and frees them at the end.
 //   warps 0-3      : epilogue. Warp w may only touch TMEM lanes 32w..32w+31 (= tile rows), so thread
 //                    (w, lane) owns row 32w+lane: tcgen05.ld 32x32b.x32 (32 fp32 columns), convert to bf16,
 //                    16-byte stores masked on M and N (split launches: see below, 8-byte stores).
 // Out-of-bounds rows/columns of A and B (ragged M, K not a multiple of 64) are zero-filled by TMA.
+//
+// Persistent schedule (every launch that is not split-K): grid = min(tiles, SMs), CTA b takes tiles b,
+// b + grid, ... in a grouped order (bands of RASTER_GROUP = 16 m-tiles, m fastest inside a band, as in the
+// H100 reference's large kernel: the CTAs at work share A and B tiles in L2). All three roles walk the same
+// tiles; the ring's stage index and phase run on across tiles, so the producer streams the next tile's
+// K-blocks while the MMA warp finishes the current one. The accumulator is double-buffered in TMEM (2 x BN
+// columns, 512 at BN = 256): a CTA's tile j goes to buffer b = j % 2, so the MMA warp computes tile j + 1 into
+// one buffer while the epilogue warps drain tile j from the other, and tile j's stores run under tile j + 1's
+// main loop (the Blackwell form of the H100 kernel's held-register stores). Per buffer:
+//   acc_full[b]  (count 1): tcgen05.commit by the MMA warp after the tile's last MMA; the epilogue waits on it.
+//   acc_empty[b] (count 4): lane 0 of each epilogue warp arrives once the warp's tcgen05.ld of the tile have
+//                completed (wait::ld), after tcgen05.fence::before_thread_sync and __syncwarp. The MMA warp
+//                waits on it, then fence::after_thread_sync, before the tile's first MMA, which starts the
+//                buffer afresh (accumulate = 0).
+// Each buffer serves every second tile, so tile j waits on parity (j / 2) & 1 of acc_full (the phase tile j
+// completes) and on the flipped parity of acc_empty (the phase the epilogue completed on tile j - 2; a fresh
+// barrier passes at once). Neither barrier can get a phase ahead of its waiter: each side waits on the other.
 //
 // Split-K for small tile counts (the H100 reference's cluster scheme, carried over): when 128x128 tiles
 // fill fewer CTAs than there are SMs (small M and/or N <= 256, e.g. N = 128 K = 2048 or N = 256 K = 7168
@@ -27,8 +44,8 @@
 // ld.shared::cluster, rank order 0..S-1: deterministic), rounds to bf16 in registers, passes a second
 // (exit) cluster barrier so no CTA leaves while a peer still reads its shared memory, and only then
 // stores C. One kernel, no workspace, no memset, no global atomics. Shapes whose tiles already fill the
-// GPU (tiles >= SMs), or that no split >= 2 fits, keep the one-tile-per-CTA launch without a cluster.
-// `workspace` is unused.
+// GPU (tiles >= SMs), or that no split >= 2 fits, take the persistent launch. Split launches use the same
+// kernel (template flag SPLIT): one tile per CTA, one BN-column accumulator. `workspace` is unused.
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda.h>
@@ -76,6 +93,9 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
 }
 __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
 }
 // Returns once the phase with the given parity has completed.
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
@@ -201,20 +221,37 @@ __device__ __forceinline__ float4 ld_cluster_f4(uint32_t addr) {
 template <int BN>
 __device__ __forceinline__ int partial_chunk(int r, int ch) { return r * (BN / 4) + (ch ^ (r & 7)); }
 
-// splits == 1: ordinary launch, one tile per CTA (tile = blockIdx.x), all of K.
-// splits  > 1: cluster launch of (splits, 1, 1), gridDim.x == tiles * splits: cluster c takes tile c, its CTA
-//              of rank r the K-blocks [r * num_kb / splits, (r + 1) * num_kb / splits) (never empty: the
-//              launcher keeps splits <= num_kb / MIN_K_BLOCKS).
+// Grouped tile order: bands of RASTER_GROUP m-tiles, m fastest inside a band, so the CTAs working at one time
+// share B tiles (and A tiles) in L2.
 template <int BN>
+__device__ __forceinline__ void tile_origin(int t, int tiles_m, int tiles_n, int& m0, int& n0) {
+    const int per_band = RASTER_GROUP * tiles_n;
+    const int band = t / per_band;
+    const int first_m = band * RASTER_GROUP;
+    const int band_m = min(tiles_m - first_m, RASTER_GROUP);
+    const int r = t - band * per_band;
+    m0 = (first_m + r % band_m) * BM;
+    n0 = (r / band_m) * BN;
+}
+
+// SPLIT == false: ordinary launch, persistent: CTA b takes tiles b, b + gridDim.x, ... over all of K, the
+//                 accumulator double-buffered in TMEM (splits must be 1).
+// SPLIT == true:  cluster launch of (splits, 1, 1), gridDim.x == tiles * splits: cluster c takes tile c, its CTA
+//                 of rank r the K-blocks [r * num_kb / splits, (r + 1) * num_kb / splits) (never empty: the
+//                 launcher keeps splits <= num_kb / MIN_K_BLOCKS), one accumulator.
+template <int BN, bool SPLIT>
 __global__ void __launch_bounds__(NUM_THREADS, 1)
 gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                     __nv_bfloat16* __restrict__ C, int M, int N, int K, int splits) {
     using Cf = Cfg<BN>;
     constexpr int STAGES = Cf::STAGES;
+    constexpr int ACC_BUFS = SPLIT ? 1 : 2;
+    constexpr uint32_t TMEM_COLS = ACC_BUFS * BN;   // 512 or 256 (persistent), 256 or 128 (split): powers of 2
 
-    __shared__ __align__(8) uint64_t full_bar[STAGES];   // TMA bytes landed
-    __shared__ __align__(8) uint64_t empty_bar[STAGES];  // MMAs reading the stage finished
-    __shared__ __align__(8) uint64_t accum_bar;          // accumulator complete in TMEM
+    __shared__ __align__(8) uint64_t full_bar[STAGES];       // TMA bytes landed
+    __shared__ __align__(8) uint64_t empty_bar[STAGES];      // MMAs reading the stage finished
+    __shared__ __align__(8) uint64_t acc_full[ACC_BUFS];     // a tile's accumulator complete in TMEM buffer b
+    __shared__ __align__(8) uint64_t acc_empty[ACC_BUFS];    // the epilogue has read TMEM buffer b out
     __shared__ uint32_t tmem_slot;
     extern __shared__ uint8_t dyn_smem[];
     // 128B swizzle (TMA and the MMA descriptor alike) assumes 1024-B aligned atoms.
@@ -223,20 +260,12 @@ gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_consta
     const int warp = threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
 
-    const bool split = splits > 1;
-    const int rank = split ? int(cluster_ctarank()) : 0;
-    const int tile = split ? int(cluster_id_x()) : int(blockIdx.x);
-
-    // Grouped raster: RASTER_GROUP consecutive M-tiles sweep all N-tiles before moving on.
+    const int rank = SPLIT ? int(cluster_ctarank()) : 0;
     const int tiles_m = (M + BM - 1) / BM;
     const int tiles_n = (N + BN - 1) / BN;
-    const int per_group = RASTER_GROUP * tiles_n;
-    const int group = tile / per_group;
-    const int first_m = group * RASTER_GROUP;
-    const int group_m = min(tiles_m - first_m, RASTER_GROUP);
-    const int local = tile % per_group;
-    const int m0 = (first_m + local % group_m) * BM;
-    const int n0 = (local / group_m) * BN;
+    const int tiles = tiles_m * tiles_n;
+    const int first = SPLIT ? int(cluster_id_x()) : int(blockIdx.x);
+    const int stride = SPLIT ? tiles : int(gridDim.x);   // split: exactly one tile per CTA
     const int num_kb = (K + BK - 1) / BK;
     const int kb_begin = rank * num_kb / splits;
     const int kb_end = (rank + 1) * num_kb / splits;
@@ -248,163 +277,196 @@ gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_consta
             mbar_init(smem_u32(&full_bar[s]), 1);
             mbar_init(smem_u32(&empty_bar[s]), 1);
         }
-        mbar_init(smem_u32(&accum_bar), 1);
+        for (int b = 0; b < ACC_BUFS; ++b) {
+            mbar_init(smem_u32(&acc_full[b]), 1);    // one tcgen05.commit per tile
+            mbar_init(smem_u32(&acc_empty[b]), 4);   // lane 0 of each epilogue warp, once per tile
+        }
         // Make the initialised barriers visible to the async proxy (TMA, tcgen05.commit).
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     }
-    if (warp == 5) tmem_alloc(smem_u32(&tmem_slot), BN);   // whole warp: .sync.aligned
+    if (warp == 5) tmem_alloc(smem_u32(&tmem_slot), TMEM_COLS);   // whole warp: .sync.aligned
     tc_fence_before();
     __syncthreads();
     tc_fence_after();
     const uint32_t tmem_base = tmem_slot;   // lane 0, first allocated column
 
+    // Each role walks the same tiles; `j` counts this CTA's tiles. The ring's stage s and phase run on across
+    // tiles; tile j uses accumulator buffer b = j % ACC_BUFS for the (j / ACC_BUFS)-th time, so it waits on
+    // acc_full[b] with parity (j / ACC_BUFS) & 1 and on acc_empty[b] with the flipped parity (the previous use).
     if (warp == 4) {
         if (lane == 0) {
-            for (int kb = kb_begin; kb < kb_end; ++kb) {
-                const int i = kb - kb_begin;
-                const int s = i % STAGES;
-                const uint32_t phase = (i / STAGES) & 1;
-                mbar_wait(smem_u32(&empty_bar[s]), phase ^ 1);   // first pass returns at once
-                const uint32_t fb = smem_u32(&full_bar[s]);
-                const uint32_t sa = ring + s * Cf::STAGE_BYTES;
-                // The full box is counted even where TMA zero-fills out-of-bounds elements.
-                mbar_expect_tx(fb, Cf::STAGE_BYTES);
-                tma_load_2d(sa, &tmA, kb * BK, m0, fb);
-                tma_load_2d(sa + Cf::A_BYTES, &tmB, kb * BK, n0, fb);
+            int s = 0;
+            uint32_t phase = 0;
+            for (int t = first; t < tiles; t += stride) {
+                int m0, n0;
+                tile_origin<BN>(t, tiles_m, tiles_n, m0, n0);
+                for (int kb = kb_begin; kb < kb_end; ++kb) {
+                    mbar_wait(smem_u32(&empty_bar[s]), phase ^ 1);   // first pass returns at once
+                    const uint32_t fb = smem_u32(&full_bar[s]);
+                    const uint32_t sa = ring + s * Cf::STAGE_BYTES;
+                    // The full box is counted even where TMA zero-fills out-of-bounds elements.
+                    mbar_expect_tx(fb, Cf::STAGE_BYTES);
+                    tma_load_2d(sa, &tmA, kb * BK, m0, fb);
+                    tma_load_2d(sa + Cf::A_BYTES, &tmB, kb * BK, n0, fb);
+                    if (++s == STAGES) { s = 0; phase ^= 1; }
+                }
             }
         }
         __syncwarp();
         // Both cluster barriers of the reduction count every thread of the cluster.
-        if (split) { cluster_sync_relaxed(); cluster_sync_relaxed(); }
+        if constexpr (SPLIT) { cluster_sync_relaxed(); cluster_sync_relaxed(); }
     } else if (warp == 5) {
         if (lane == 0) {
-            for (int kb = kb_begin; kb < kb_end; ++kb) {
-                const int i = kb - kb_begin;
-                const int s = i % STAGES;
-                const uint32_t phase = (i / STAGES) & 1;
-                mbar_wait(smem_u32(&full_bar[s]), phase);
+            int s = 0;
+            uint32_t phase = 0;
+            for (int t = first, j = 0; t < tiles; t += stride, ++j) {
+                const int b = j % ACC_BUFS;
+                // Buffer b free: the epilogue has read out the tile before last (a fresh barrier passes at once).
+                mbar_wait(smem_u32(&acc_empty[b]), ((j / ACC_BUFS) & 1) ^ 1);
                 tc_fence_after();
-                const uint32_t sa = ring + s * Cf::STAGE_BYTES;
-                const uint64_t da = sw128_kmajor_desc(sa);
-                const uint64_t db = sw128_kmajor_desc(sa + Cf::A_BYTES);
+                const uint32_t d = tmem_base + uint32_t(b * BN);
+                for (int kb = kb_begin; kb < kb_end; ++kb) {
+                    mbar_wait(smem_u32(&full_bar[s]), phase);
+                    tc_fence_after();
+                    const uint32_t sa = ring + s * Cf::STAGE_BYTES;
+                    const uint64_t da = sw128_kmajor_desc(sa);
+                    const uint64_t db = sw128_kmajor_desc(sa + Cf::A_BYTES);
 #pragma unroll
-                for (int k = 0; k < BK / UMMA_K; ++k)   // +32 B per K step = +2 in the address field
-                    umma_bf16(tmem_base, da + 2 * k, db + 2 * k, Cf::IDESC, (i | k) != 0);
-                umma_commit(smem_u32(&empty_bar[s]));
+                    for (int k = 0; k < BK / UMMA_K; ++k)   // +32 B per K step = +2 in the address field
+                        umma_bf16(d, da + 2 * k, db + 2 * k, Cf::IDESC, (kb > kb_begin || k > 0) ? 1u : 0u);
+                    umma_commit(smem_u32(&empty_bar[s]));
+                    if (++s == STAGES) { s = 0; phase ^= 1; }
+                }
+                umma_commit(smem_u32(&acc_full[b]));   // arrives once every MMA of this tile has completed
             }
-            umma_commit(smem_u32(&accum_bar));
         }
         __syncwarp();
-        if (split) { cluster_sync_relaxed(); cluster_sync_relaxed(); }
+        if constexpr (SPLIT) { cluster_sync_relaxed(); cluster_sync_relaxed(); }
     } else {
-        mbar_wait(smem_u32(&accum_bar), 0);
-        __syncwarp();   // tcgen05.ld is .sync.aligned
-        tc_fence_after();
         const int lrow = warp * 32 + lane;                  // tile-local row
-        const int row = m0 + lrow;
-        const uint32_t trow = tmem_base + (uint32_t(warp * 32) << 16);
-        if (!split) {
-            for (int c = 0; c < BN; c += 32) {
-                if (n0 + c >= N) break;   // warp-uniform
-                uint32_t v[32];
-                tmem_ld_32x32b_x32(trow + c, v);
-                if (row < M) {
-                    __nv_bfloat16* dst = C + size_t(row) * N + n0 + c;
+        for (int t = first, j = 0; t < tiles; t += stride, ++j) {
+            const int b = j % ACC_BUFS;
+            int m0, n0;
+            tile_origin<BN>(t, tiles_m, tiles_n, m0, n0);
+            mbar_wait(smem_u32(&acc_full[b]), (j / ACC_BUFS) & 1);
+            __syncwarp();   // tcgen05.ld is .sync.aligned
+            tc_fence_after();
+            const int row = m0 + lrow;
+            const uint32_t trow = tmem_base + (uint32_t(warp * 32) << 16) + uint32_t(b * BN);
+            if constexpr (!SPLIT) {
+                // Stores of this tile run while the MMA warp fills the other buffer with the next tile.
+                for (int c = 0; c < BN; c += 32) {
+                    if (n0 + c >= N) break;   // warp-uniform
+                    uint32_t v[32];
+                    tmem_ld_32x32b_x32(trow + c, v);
+                    if (row < M) {
+                        __nv_bfloat16* dst = C + size_t(row) * N + n0 + c;
 #pragma unroll
-                    for (int j = 0; j < 4; ++j) {
-                        // N % 8 == 0, so each 8-column chunk is either wholly inside or wholly outside.
-                        if (n0 + c + 8 * j < N) {
-                            uint4 pk;
-                            pk.x = pack_bf16x2(v[8 * j + 0], v[8 * j + 1]);
-                            pk.y = pack_bf16x2(v[8 * j + 2], v[8 * j + 3]);
-                            pk.z = pack_bf16x2(v[8 * j + 4], v[8 * j + 5]);
-                            pk.w = pack_bf16x2(v[8 * j + 6], v[8 * j + 7]);
-                            *reinterpret_cast<uint4*>(dst + 8 * j) = pk;
+                        for (int q = 0; q < 4; ++q) {
+                            // N % 8 == 0, so each 8-column chunk is either wholly inside or wholly outside.
+                            if (n0 + c + 8 * q < N) {
+                                uint4 pk;
+                                pk.x = pack_bf16x2(v[8 * q + 0], v[8 * q + 1]);
+                                pk.y = pack_bf16x2(v[8 * q + 2], v[8 * q + 3]);
+                                pk.z = pack_bf16x2(v[8 * q + 4], v[8 * q + 5]);
+                                pk.w = pack_bf16x2(v[8 * q + 6], v[8 * q + 7]);
+                                *reinterpret_cast<uint4*>(dst + 8 * q) = pk;
+                            }
                         }
                     }
                 }
-            }
-        } else {
-            // The partial tile reuses the start of the TMA ring. That memory is free here: this CTA's
-            // producer issued exactly kb_end - kb_begin stage loads, the MMA warp waited on the full barrier
-            // of every one of them (so no TMA write into the ring is still in flight), and accum_bar is
-            // signalled by a tcgen05.commit issued after the last MMA, i.e. once every MMA, and with it every
-            // tensor-core read of the ring, has completed. The proxy fence below orders those async-proxy
-            // accesses, observed through the mbarrier, before this thread's generic-proxy writes (belt and
-            // braces: the mbarrier wait already orders them). The barriers are static shared memory, outside
-            // the ring, so the trailing empty-barrier commits touch nothing the partial overwrites.
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            float4* const partial = reinterpret_cast<float4*>(dyn_smem + (ring - smem_u32(dyn_smem)));
-            // The whole tile, out-of-bounds rows and columns included (they are zeros: TMA zero-filled A and
-            // B there); the stores after the reduction cut them off.
-            for (int c = 0; c < BN; c += 32) {
-                uint32_t v[32];
-                tmem_ld_32x32b_x32(trow + c, v);
+                // Every tcgen05.ld of this warp has completed (wait::ld): hand buffer b back to the MMA warp.
+                tc_fence_before();
+                __syncwarp();
+                if (lane == 0) mbar_arrive(smem_u32(&acc_empty[b]));
+            } else {
+                // The partial tile reuses the start of the TMA ring. That memory is free here: this CTA's
+                // producer issued exactly kb_end - kb_begin stage loads, the MMA warp waited on the full barrier
+                // of every one of them (so no TMA write into the ring is still in flight), and acc_full is
+                // signalled by a tcgen05.commit issued after the last MMA, i.e. once every MMA, and with it every
+                // tensor-core read of the ring, has completed. The proxy fence below orders those async-proxy
+                // accesses, observed through the mbarrier, before this thread's generic-proxy writes (belt and
+                // braces: the mbarrier wait already orders them). The barriers are static shared memory, outside
+                // the ring, so the trailing empty-barrier commits touch nothing the partial overwrites.
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                float4* const partial = reinterpret_cast<float4*>(dyn_smem + (ring - smem_u32(dyn_smem)));
+                // The whole tile, out-of-bounds rows and columns included (they are zeros: TMA zero-filled A and
+                // B there); the stores after the reduction cut them off.
+                for (int c = 0; c < BN; c += 32) {
+                    uint32_t v[32];
+                    tmem_ld_32x32b_x32(trow + c, v);
 #pragma unroll
-                for (int j = 0; j < 8; ++j)
-                    partial[partial_chunk<BN>(lrow, c / 4 + j)] =
-                        make_float4(__uint_as_float(v[4 * j + 0]), __uint_as_float(v[4 * j + 1]),
-                                    __uint_as_float(v[4 * j + 2]), __uint_as_float(v[4 * j + 3]));
-            }
-            cluster_sync_release_acquire();   // every CTA's partial tile is complete and visible cluster-wide
+                    for (int j = 0; j < 8; ++j)
+                        partial[partial_chunk<BN>(lrow, c / 4 + j)] =
+                            make_float4(__uint_as_float(v[4 * j + 0]), __uint_as_float(v[4 * j + 1]),
+                                        __uint_as_float(v[4 * j + 2]), __uint_as_float(v[4 * j + 3]));
+                }
+                cluster_sync_release_acquire();   // every CTA's partial tile is complete and visible cluster-wide
 
-            // This CTA sums the chunks [rank * total / splits, (rank + 1) * total / splits) of the tile (chunk
-            // q: row q / (BN / 4), columns 4 * (q % (BN / 4)) .. + 3) over ranks 0..splits-1 in rank order,
-            // and keeps the bf16 results in registers: C is stored only after the exit barrier, so that
-            // barrier's release has no global stores to wait for.
-            constexpr int CPR = BN / 4;                      // chunks per row
-            constexpr int TOTAL = BM * CPR;
-            constexpr int ET = 128;                          // epilogue threads
-            constexpr int ITERS = (TOTAL / 2 + ET - 1) / ET; // splits >= 2: at most TOTAL / 2 chunks per rank
-            const int q_begin = rank * TOTAL / splits, q_end = (rank + 1) * TOTAL / splits;
-            const int et = int(threadIdx.x);                 // warps 0-3: threads 0..127
-            const uint32_t partial_s = ring;
-            uint32_t src[MAX_SPLITS];
+                // This CTA sums the chunks [rank * total / splits, (rank + 1) * total / splits) of the tile (chunk
+                // q: row q / (BN / 4), columns 4 * (q % (BN / 4)) .. + 3) over ranks 0..splits-1 in rank order,
+                // and keeps the bf16 results in registers: C is stored only after the exit barrier, so that
+                // barrier's release has no global stores to wait for.
+                constexpr int CPR = BN / 4;                      // chunks per row
+                constexpr int TOTAL = BM * CPR;
+                constexpr int ET = 128;                          // epilogue threads
+                constexpr int ITERS = (TOTAL / 2 + ET - 1) / ET; // splits >= 2: at most TOTAL / 2 chunks per rank
+                const int q_begin = rank * TOTAL / splits, q_end = (rank + 1) * TOTAL / splits;
+                const int et = int(threadIdx.x);                 // warps 0-3: threads 0..127
+                const uint32_t partial_s = ring;
+                uint32_t src[MAX_SPLITS];
 #pragma unroll
-            for (int p = 0; p < MAX_SPLITS; ++p) src[p] = p < splits ? map_rank(partial_s, uint32_t(p)) : 0u;
-            // BATCH chunks' loads (BATCH x splits DSMEM reads) are issued before any is summed, so the
-            // reduction pays ITERS / BATCH round trips of DSMEM latency rather than ITERS.
-            constexpr int BATCH = 2;
-            static_assert(ITERS % BATCH == 0, "ITERS must be a multiple of BATCH");
-            uint2 packed[ITERS];
+                for (int p = 0; p < MAX_SPLITS; ++p) src[p] = p < splits ? map_rank(partial_s, uint32_t(p)) : 0u;
+                // BATCH chunks' loads (BATCH x splits DSMEM reads) are issued before any is summed, so the
+                // reduction pays ITERS / BATCH round trips of DSMEM latency rather than ITERS.
+                constexpr int BATCH = 2;
+                static_assert(ITERS % BATCH == 0, "ITERS must be a multiple of BATCH");
+                uint2 packed[ITERS];
 #pragma unroll
-            for (int it0 = 0; it0 < ITERS; it0 += BATCH) {
-                float4 v[BATCH][MAX_SPLITS];
+                for (int it0 = 0; it0 < ITERS; it0 += BATCH) {
+                    float4 v[BATCH][MAX_SPLITS];
 #pragma unroll
-                for (int b = 0; b < BATCH; ++b) {
-                    const int q = q_begin + et + (it0 + b) * ET;
-                    if (q < q_end) {
-                        const uint32_t off = uint32_t(partial_chunk<BN>(q / CPR, q % CPR)) * 16u;
+                    for (int b = 0; b < BATCH; ++b) {
+                        const int q = q_begin + et + (it0 + b) * ET;
+                        if (q < q_end) {
+                            const uint32_t off = uint32_t(partial_chunk<BN>(q / CPR, q % CPR)) * 16u;
 #pragma unroll
-                        for (int p = 0; p < MAX_SPLITS; ++p)
-                            if (p < splits) v[b][p] = ld_cluster_f4(src[p] + off);
+                            for (int p = 0; p < MAX_SPLITS; ++p)
+                                if (p < splits) v[b][p] = ld_cluster_f4(src[p] + off);
+                        }
+                    }
+#pragma unroll
+                    for (int b = 0; b < BATCH; ++b) {
+                        const int q = q_begin + et + (it0 + b) * ET;
+                        packed[it0 + b] = make_uint2(0u, 0u);
+                        if (q < q_end) {
+                            float4 sum = v[b][0];
+#pragma unroll
+                            for (int p = 1; p < MAX_SPLITS; ++p)
+                                if (p < splits) {
+                                    sum.x += v[b][p].x;
+                                    sum.y += v[b][p].y;
+                                    sum.z += v[b][p].z;
+                                    sum.w += v[b][p].w;
+                                }
+                            packed[it0 + b] = make_uint2(pack_bf16x2(__float_as_uint(sum.x), __float_as_uint(sum.y)),
+                                                         pack_bf16x2(__float_as_uint(sum.z), __float_as_uint(sum.w)));
+                        }
                     }
                 }
+                // Exit barrier: no CTA leaves (or lets its ring be reused) while a peer may still read its shared
+                // memory (release: this thread's DSMEM loads are ordered before its arrival).
+                cluster_sync_release_acquire();
 #pragma unroll
-                for (int b = 0; b < BATCH; ++b) {
-                    const int q = q_begin + et + (it0 + b) * ET;
-                    packed[it0 + b] = make_uint2(0u, 0u);
-                    if (q < q_end) {
-                        float4 sum = v[b][0];
-#pragma unroll
-                        for (int p = 1; p < MAX_SPLITS; ++p)
-                            if (p < splits) { sum.x += v[b][p].x; sum.y += v[b][p].y; sum.z += v[b][p].z; sum.w += v[b][p].w; }
-                        packed[it0 + b] = make_uint2(pack_bf16x2(__float_as_uint(sum.x), __float_as_uint(sum.y)),
-                                                     pack_bf16x2(__float_as_uint(sum.z), __float_as_uint(sum.w)));
-                    }
+                for (int it = 0; it < ITERS; ++it) {
+                    const int q = q_begin + et + it * ET;
+                    const int gr = m0 + q / CPR, gc = n0 + (q % CPR) * 4;
+                    // N % 8 == 0 and gc % 4 == 0: gc + 3 < N too; C 16-B aligned: the 8-byte store is aligned.
+                    if (q < q_end && gr < M && gc < N)
+                        *reinterpret_cast<uint2*>(C + size_t(gr) * N + gc) = packed[it];
                 }
-            }
-            // Exit barrier: no CTA leaves (or lets its ring be reused) while a peer may still read its shared
-            // memory (release: this thread's DSMEM loads are ordered before its arrival).
-            cluster_sync_release_acquire();
-#pragma unroll
-            for (int it = 0; it < ITERS; ++it) {
-                const int q = q_begin + et + it * ET;
-                const int gr = m0 + q / CPR, gc = n0 + (q % CPR) * 4;
-                // N % 8 == 0 and gc % 4 == 0: gc + 3 < N too; C 16-B aligned: the 8-byte store is aligned.
-                if (q < q_end && gr < M && gc < N)
-                    *reinterpret_cast<uint2*>(C + size_t(gr) * N + gc) = packed[it];
+                break;   // one tile per split CTA (stride = tiles ends the loop too; this lets ptxas see it)
             }
         }
     }
@@ -414,7 +476,7 @@ gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_consta
     __syncthreads();
     if (warp == 5) {
         tc_fence_after();
-        tmem_dealloc(tmem_base, BN);
+        tmem_dealloc(tmem_base, TMEM_COLS);
     }
 }
 
@@ -429,7 +491,7 @@ bool encode_kmajor(CUtensorMap* map, const void* ptr, int rows, int K, int box_r
                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// A launch of gemm_tcgen05_kernel<BN> in clusters of `cluster` CTAs along x (the attribute lives beside the
+// A launch of gemm_tcgen05_kernel<BN, true> in clusters of `cluster` CTAs along x (the attribute lives beside the
 // config that points at it).
 template <int BN>
 struct ClusterLaunch {
@@ -450,7 +512,7 @@ struct ClusterLaunch {
     ClusterLaunch(const ClusterLaunch&) = delete;   // config.attrs points into this object
 };
 
-// Clusters of `s` CTAs of gemm_tcgen05_kernel<BN> resident at once, cached per device; a failed query is
+// Clusters of `s` CTAs of gemm_tcgen05_kernel<BN, true> resident at once, cached per device; a failed query is
 // replaced by sms / s (the hardware would then run any excess in a later wave: slower, never wrong).
 // Needs the kernel's dynamic shared memory attribute set first.
 template <int BN>
@@ -460,7 +522,7 @@ int cluster_capacity(int dev, int sms, int s) {
     if (slot && *slot > 0) return *slot;
     ClusterLaunch<BN> clustered(s, s, nullptr);
     int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, gemm_tcgen05_kernel<BN>, &clustered.config) != cudaSuccess ||
+    if (cudaOccupancyMaxActiveClusters(&clusters, gemm_tcgen05_kernel<BN, true>, &clustered.config) != cudaSuccess ||
         clusters <= 0) {
         cudaGetLastError();   // clear the failed query's error
         clusters = sms / s;
@@ -475,25 +537,29 @@ cudaError_t launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16
                    int dev, int sms, cudaStream_t stream) {
     CUtensorMap tmA, tmB;
     if (!encode_kmajor(&tmA, A, M, K, BM) || !encode_kmajor(&tmB, B, N, K, BN)) return cudaErrorInvalidValue;
-    cudaError_t err = cudaFuncSetAttribute(gemm_tcgen05_kernel<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           Cfg<BN>::SMEM_BYTES);
-    if (err != cudaSuccess) return err;
     const long long tiles = (long long)((M + BM - 1) / BM) * ((N + BN - 1) / BN);
     // Split-K only while the tiles leave SMs idle: the largest S in [2, most] whose tiles x S CTAs fit in one
-    // wave, as clusters of S; S = 1 (the plain launch) otherwise.
+    // wave, as clusters of S; S = 1 (the persistent launch) otherwise.
     int splits = 1;
     if (tiles < sms) {
+        cudaError_t err = cudaFuncSetAttribute(gemm_tcgen05_kernel<BN, true>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg<BN>::SMEM_BYTES);
+        if (err != cudaSuccess) return err;
         int most = (K + BK - 1) / BK / MIN_K_BLOCKS;   // >= MIN_K_BLOCKS K-blocks per slice: none is empty
         if (most > MAX_SPLITS) most = MAX_SPLITS;
         for (int s = most; s >= 2; --s)
             if (tiles * s <= sms && tiles <= cluster_capacity<BN>(dev, sms, s)) { splits = s; break; }
     }
     if (splits == 1) {
-        gemm_tcgen05_kernel<BN><<<unsigned(tiles), NUM_THREADS, Cfg<BN>::SMEM_BYTES, stream>>>(tmA, tmB, C, M, N, K, 1);
+        cudaError_t err = cudaFuncSetAttribute(gemm_tcgen05_kernel<BN, false>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg<BN>::SMEM_BYTES);
+        if (err != cudaSuccess) return err;
+        const unsigned grid = unsigned(tiles < sms ? tiles : sms);   // persistent: at most one CTA per SM
+        gemm_tcgen05_kernel<BN, false><<<grid, NUM_THREADS, Cfg<BN>::SMEM_BYTES, stream>>>(tmA, tmB, C, M, N, K, 1);
         return cudaGetLastError();
     }
     ClusterLaunch<BN> clustered(unsigned(tiles * splits), splits, stream);
-    return cudaLaunchKernelEx(&clustered.config, gemm_tcgen05_kernel<BN>, tmA, tmB, C, M, N, K, splits);
+    return cudaLaunchKernelEx(&clustered.config, gemm_tcgen05_kernel<BN, true>, tmA, tmB, C, M, N, K, splits);
 }
 
 }  // namespace
