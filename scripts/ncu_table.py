@@ -18,6 +18,7 @@ COLUMNS = {
     "DRAM%": "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
 }
 STALL = ("smsp__average_warps_issue_stalled_", "_per_issue_active.ratio")
+NOT_STALLS = ("selected", "not_issued")  # `selected` is the issue itself: 1.00 per issue, always
 
 
 def number(text: str) -> float:
@@ -64,7 +65,7 @@ def main() -> int:
             (
                 (number(row[i]), name[len(STALL[0]) : -len(STALL[1])])
                 for name, i in index.items()
-                if name.startswith(STALL[0]) and name.endswith(STALL[1]) and "not_issued" not in name
+                if name.startswith(STALL[0]) and name.endswith(STALL[1]) and not any(n in name for n in NOT_STALLS)
             ),
             reverse=True,
         )

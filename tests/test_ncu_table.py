@@ -24,7 +24,10 @@ def test_one_line_per_launch_in_the_table_units() -> None:
     assert header.split(" | ")[:7] == ["kernel", "us", "GHz", "tensor%", "issue%", "L2%", "DRAM%"]
     # ns -> us, Hz -> GHz; the stalls sorted, largest first
     assert ours.split(" | ")[1:7] == ["777", "1.54", "96.7", "17.8", "48.2", "21.1"]
-    assert ours.split(" | ")[7].startswith("barrier 4.34, wait 2.01, mio_throttle 1.70")
+    assert ours.split(" | ")[7].startswith(
+        "barrier 4.34, wait 2.01, mio_throttle 1.70, long_scoreboard 1.51, gmma 0.98"
+    )
+    assert "selected" not in ours  # the issue itself, not a stall
     assert cublas.startswith("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT | 764 | 1.56 | 96.8 | 11.7")
 
 
