@@ -198,6 +198,18 @@ __device__ __forceinline__ void pack_pieces(const float (&d)[R], uint4 (&piece)[
 template <int PARTS, int PIECES>
 __device__ __forceinline__ void store_pieces(__nv_bfloat16* C, const uint4 (&piece)[PIECES][2], int row, int col,
                                              int M, int N, int first, int end) {
+    if (row + 8 < M && col + 32 * (PIECES - 1) < N) {   // every piece inside C: one address, constant offsets
+        __nv_bfloat16* const at = C + (size_t)row * N + col;
+#pragma unroll
+        for (int p = 0; p < PARTS; ++p) {
+            if (p < first || p >= end) continue;
+#pragma unroll
+            for (int i = p * PIECES / PARTS; i < (p + 1) * PIECES / PARTS; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) *reinterpret_cast<uint4*>(at + (size_t)(8 * h) * N + 32 * i) = piece[i][h];
+        }
+        return;
+    }
 #pragma unroll
     for (int p = 0; p < PARTS; ++p) {
         if (p < first || p >= end) continue;
@@ -363,7 +375,9 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
     } else {
         // ---------------- consumer warpgroups ----------------
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        const int cw = wg - 1;                              // rows [64*cw, 64*cw+64) of the tile
+        // Rows [64*cw, 64*cw+64) of the tile. Through a warp reduction so that ptxas knows it warp-uniform and
+        // builds the A descriptors on the uniform datapath (as a per-thread value, 8 R2UR per k-step).
+        const int cw = (int)__reduce_or_sync(0xffffffffu, (unsigned)(wg - 1));
         const int warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
         float acc[128];
         // The previous tile's results, packed (see pack_pieces), stored a part under each of the next tile's first
@@ -373,6 +387,7 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
         const int row_in_tile = cw * 64 + warp * 16 + lane / 4, col_in_tile = 8 * (lane & 3);
         int s = 0;
         uint32_t phase = 0;
+        const uint64_t da0 = smem_desc(smem_a + cw * 64 * 128), db0 = smem_desc(smem_b);   // stage 0
         for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
             int m0, n0;
             tile_origin(u / splits, num_m, num_n, m0, n0);
@@ -380,8 +395,8 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
             int prev = 0;
             for (int k = k_begin; k < k_end; ++k) {
                 mbar_wait(full_bar + 8 * s, phase);
-                const uint64_t da = smem_desc(smem_a + s * A_BYTES + cw * 64 * 128);
-                const uint64_t db = smem_desc(smem_b + s * B_BYTES);
+                const uint64_t da = da0 + (uint64_t)(s * (A_BYTES >> 4));   // descriptors count 16 B units
+                const uint64_t db = db0 + (uint64_t)(s * (B_BYTES >> 4));
                 wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < BK / 16; ++kk)        // +32 B along K = +2 in the descriptor
