@@ -193,34 +193,34 @@ __device__ __forceinline__ void pack_pieces(const float (&d)[R], uint4 (&piece)[
     }
 }
 
-// Stores parts [first, end) of PARTS equal parts of a packed tile (see pack_pieces), bounds-checked; row and col
-// are the thread's piece [0][0]. N % 8 == 0, so a piece is either wholly inside N or wholly outside.
-template <int PARTS, int PIECES>
-__device__ __forceinline__ void store_pieces(__nv_bfloat16* C, const uint4 (&piece)[PIECES][2], int row, int col,
-                                             int M, int N, int first, int end) {
-    if (row + 8 < M && col + 32 * (PIECES - 1) < N) {   // every piece inside C: one address, constant offsets
-        __nv_bfloat16* const at = C + (size_t)row * N + col;
-#pragma unroll
-        for (int p = 0; p < PARTS; ++p) {
-            if (p < first || p >= end) continue;
-#pragma unroll
-            for (int i = p * PIECES / PARTS; i < (p + 1) * PIECES / PARTS; ++i)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) *reinterpret_cast<uint4*>(at + (size_t)(8 * h) * N + 32 * i) = piece[i][h];
-        }
-        return;
-    }
+// Stores parts [first, end) of PARTS equal parts of a packed tile (see pack_pieces) from one address with constant
+// offsets; row and col are the thread's piece [0][0]. INSIDE: every piece is inside C (no checks). Otherwise each is
+// bounds-checked; N % 8 == 0, so a piece is either wholly inside N or wholly outside.
+template <bool INSIDE, int PARTS, int PIECES>
+__device__ __forceinline__ void store_parts(__nv_bfloat16* C, const uint4 (&piece)[PIECES][2], int row, int col,
+                                            int M, int N, int first, int end) {
+    __nv_bfloat16* const at = C + (size_t)row * N + col;
 #pragma unroll
     for (int p = 0; p < PARTS; ++p) {
         if (p < first || p >= end) continue;
 #pragma unroll
         for (int i = p * PIECES / PARTS; i < (p + 1) * PIECES / PARTS; ++i) {
-            if (col + 32 * i >= N) continue;
+            if (!INSIDE && col + 32 * i >= N) continue;
 #pragma unroll
             for (int h = 0; h < 2; ++h)
-                if (row + 8 * h < M) *reinterpret_cast<uint4*>(C + (size_t)(row + 8 * h) * N + col + 32 * i) = piece[i][h];
+                if (INSIDE || row + 8 * h < M)
+                    *reinterpret_cast<uint4*>(at + (size_t)(8 * h) * N + 32 * i) = piece[i][h];
         }
     }
+}
+
+template <int PARTS, int PIECES>
+__device__ __forceinline__ void store_pieces(__nv_bfloat16* C, const uint4 (&piece)[PIECES][2], int row, int col,
+                                             int M, int N, int first, int end) {
+    if (row + 8 < M && col + 32 * (PIECES - 1) < N)   // every piece inside C: most tiles
+        store_parts<true, PARTS>(C, piece, row, col, M, N, first, end);
+    else
+        store_parts<false, PARTS>(C, piece, row, col, M, N, first, end);
 }
 
 // Cluster helpers (sm_90). In a launch without a cluster every CTA is a cluster of one.
@@ -616,7 +616,7 @@ gemm_narrow_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_cons
     } else {
         // ---------------- consumer warpgroups ----------------
         if constexpr (CW > 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        const int cw = wg - 1;                              // rows [64*cw, 64*cw+64) of the tile
+        const int cw = (int)__reduce_or_sync(0xffffffffu, (unsigned)(wg - 1));   // rows [64*cw, +64), warp-uniform
         const int warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
         float acc[64];
         int s = 0;
