@@ -153,8 +153,8 @@ class Triton:
             "The candidate is one .py file of Triton: its `@triton.jit` kernels and a module-level `run(...)` that\n"
             "launches only those kernels, on the current stream, writing into the output tensors it is given\n"
             "(destination-passing). Inputs and outputs are contiguous torch tensors on the GPU, scalars are Python\n"
-            "numbers, `workspace` is a zeroed uint8 tensor: scratch memory (Triton's own allocator included) comes\n"
-            "from it, never from torch. No torch or vendor kernels, no autotuning over several configurations\n"
+            "numbers, `workspace` is a uint8 tensor holding garbage: scratch memory (Triton's own allocator\n"
+            "included) comes from it, never from torch. No torch or vendor kernels, no autotuning over several configurations\n"
             f"(choose the configuration in `run`). The harness compiles it with Triton for {target.arch} itself."
         )
 

@@ -312,6 +312,20 @@ def test_all_zero_outputs_fail_check(pipeline: Pipeline, gemm: Family) -> None:
     assert "C is all zeros" in verdicts["check"].message
 
 
+def test_a_candidate_that_needs_a_zeroed_workspace_fails_check(pipeline: Pipeline, gemm: Family) -> None:
+    """Split-K atomics into the workspace, never cleared: the harness poisons the workspace before every call,
+    so the clearing a vendor library pays for inside its call cannot be left to the harness's setup, outside
+    the timed span. The same kernel clearing it on its stream passes."""
+    source = (PLANTED / "needs_a_zeroed_workspace.cu").read_text()
+    clear = "if (cudaMemsetAsync(acc, 0, 4 * (size_t)M * N, stream)) return cudaGetLastError();"
+    cleared = source.replace("// CLEAR", clear)
+    assert _run(pipeline, _no_opcodes(gemm), cleared)["check"].passed
+    check = _run(pipeline, _no_opcodes(gemm), source)["check"]
+    assert check.status is Status.FAILED
+    comparisons = check.data["comparisons"]
+    assert comparisons and all(c["wrong"] or c["nonfinite"] or c["unwritten"] for c in comparisons), check.message
+
+
 def test_a_kernel_special_cased_to_the_shapes_shown_fails_on_a_hidden_one(pipeline: Pipeline, gemm: Family) -> None:
     source = (PLANTED / "whole_tiles_only.cu").read_text()
     assert _run(pipeline, _no_opcodes(gemm), source, m=256)["check"].passed

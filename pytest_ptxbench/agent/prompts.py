@@ -24,7 +24,7 @@ LANGUAGE_NAMES = {"cuda": "CUDA", "triton": "Triton"}
 
 RULES = """\
 Host code may call only: {allowed}, plus memcpy/memset-class C functions and libm math.
-Forbidden: allocating device memory (use the zeroed workspace), streams, events or synchronisation of your
+Forbidden: allocating device memory (use the workspace), streams, events or synchronisation of your
 own (launch on `stream`), other libraries (cuBLAS, cuDNN, CUTLASS, torch), dlopen/dlsym, getenv, files,
 sockets, threads, fork/exec, raw system calls; defining any extern "C" function but the launcher, or any
 cuda*/cu*/cupti*/nvtx*/nvml* name. Do not modify inputs, write every output element on every call, keep no
@@ -70,7 +70,8 @@ def task_card(family: Family, task: Task, target: Target, language: Language) ->
             lines.append(f"- {p.name} = {p.value.text}")
     stream = "stream: launch everything on it" if language.name == "cuda" else "launch on the current stream"
     lines.append(
-        f"- workspace: zeroed device memory of workspace_bytes = {family.workspace_bytes.text} bytes; {stream}"
+        f"- workspace: device memory of workspace_bytes = {family.workspace_bytes.text} bytes, garbage on entry"
+        f" (clear what you accumulate into); {stream}"
     )
     lines += ["", "## Shapes you are given (more, hidden ones are scored too)"]
     for shape in family.shapes("visible"):

@@ -1,7 +1,7 @@
 """The timed-run protocol both children follow, so candidate and baseline are measured alike.
 
-Before each run, outside the timed region: fresh input values copied in place, outputs poisoned,
-workspace zeroed, the persisting-L2 window reset, L2 flushed (2x its size), the device idle. The timed
+Before each run, outside the timed region: fresh input values copied in place, outputs and workspace
+poisoned, the persisting-L2 window reset, L2 flushed (2x its size), the device idle. The timed
 region: start event, the call, a device-wide synchronisation (work on other streams counts), end event.
 CUPTI reports the kernels that ran inside it.
 """
