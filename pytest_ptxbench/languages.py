@@ -154,8 +154,9 @@ class Triton:
             "launches only those kernels, on the current stream, writing into the output tensors it is given\n"
             "(destination-passing). Inputs and outputs are contiguous torch tensors on the GPU, scalars are Python\n"
             "numbers, `workspace` is a uint8 tensor holding garbage: scratch memory (Triton's own allocator\n"
-            "included) comes from it, never from torch. No torch or vendor kernels, no autotuning over several configurations\n"
-            f"(choose the configuration in `run`). The harness compiles it with Triton for {target.arch} itself."
+            "included) comes from it, never from torch. No torch or vendor kernels, no autotuning over several\n"
+            "configurations (choose the configuration in `run`).\n"
+            f"The harness compiles it with Triton for {target.arch} itself."
         )
 
     def static(
