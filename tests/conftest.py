@@ -33,9 +33,9 @@ _LARGE_ENCODE = "if (!encode_kmajor(&tmap_a, A, M, K, BM) || !encode_kmajor(&tma
 _SMALL_ENCODE = (
     "if (!encode_kmajor(&ta, A, M, K, G::BM) || !encode_kmajor(&tb, B, N, K, BN)) return cudaErrorInvalidValue;"
 )
-ON_ANOTHER_STREAM = {  # every launch on the per-thread stream
-    ", stream>>>": ", cudaStreamPerThread>>>",
+ON_ANOTHER_STREAM = {  # every launch (and the tail split's memset) on the per-thread stream
     "config.stream = stream;": "config.stream = cudaStreamPerThread;",
+    "sizeof(unsigned), stream)": "sizeof(unsigned), cudaStreamPerThread)",
 }
 DESCRIPTORS_CACHED_ON_M = {  # TMA descriptors encoded once per M, whatever the buffers (a public kernel does this)
     f"    CUtensorMap tmap_a, tmap_b;\n    {_LARGE_ENCODE}\n": (

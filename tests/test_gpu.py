@@ -168,6 +168,24 @@ def test_a_triton_candidate_that_launches_a_torch_kernel_fails_check(pipeline: P
     assert "kernels not in the candidate's own module were launched" in verdicts["check"].message
 
 
+@pytest.mark.parametrize(
+    ("task", "m"),
+    [
+        ("gemm-n5376-k4096", 972),  # 168 tiles: 132 whole, 36 split 3 ways in the same launch (slabs, counters)
+        ("gemm-n5120-k5120", 232),  # 40 tiles, each split 3 ways across a cluster (distributed shared memory)
+    ],
+    ids=["last-wave-split", "cluster-split"],
+)
+def test_the_large_gemm_kernels_split_k_passes_every_stage(pipeline: Pipeline, gemm: Family, task: str, m: int) -> None:
+    """The reference's two split-K reductions on the H200 (132 SMs: the launcher picks them at these shapes), every
+    stage: right on every input set and placement, on the rechecked timed runs, and under the sanitizers (their M 200
+    takes the cluster split here too)."""
+    verdicts = _run(pipeline, gemm, REFERENCE_GEMM, task=task, m=m)
+    assert {s: v.status for s, v in verdicts.items()} == dict.fromkeys(
+        ("build", "inspect", "check", "profile", "sanitize", "time"), Status.PASSED
+    ), "; ".join(f"{s}: {v.message}" for s, v in verdicts.items() if not v.passed)
+
+
 def test_ragged_m_is_correct(pipeline: Pipeline, gemm: Family) -> None:
     verdicts = _run(pipeline, gemm, REFERENCE_GEMM, task="gemm-n256-k7168", m=70)
     assert verdicts["check"].passed, verdicts["check"].message

@@ -1,19 +1,26 @@
 // Reference Hopper (sm_90a) bf16 GEMM: C[M,N] = A[M,K] · B[N,K]^T, fp32 accumulation, bf16 output.
 // Two kernels inside the one launcher. It prices plans in one rough cost model (SM clocks per k-step of a tile,
-// reductions, launches, a DRAM floor; constants fitted on the H200 across every (N, K, M) of the task file) and
-// runs the cheapest: the large-tile kernel (N > 256 only) or the BN = 128 kernel at either of its two tile
-// heights over all of C, or a row split: the large kernel over a head of whole 128-row tiles that fills whole
-// waves, then either kernel over the remaining rows as a GEMM of its own (A and C offset by the head). The row
-// split removes the ragged last wave of 128x256 tiles, e.g. M = 901-972 at N = 5376: 168 tiles in two waves
-// (the second 27% full) become 126 tiles in one wave plus 133 rows by the BN = 128 kernel. The BN = 128 kernel
-// wins outright where the 128x256 tiles are too few for the SMs: small M (e.g. M <= 232 at N = 7168).
+// reductions, launches, a DRAM floor; constants fitted on the H200 across every (N, K, M) of the task file) and runs
+// the cheapest: the large-tile kernel (N > 256 only) or the BN = 128 kernel at either of its two tile heights over all
+// of C, or a row split: the large kernel over a head of whole 128-row tiles (no split-K), then either kernel
+// over the remaining rows as a GEMM of its own (A and C offset by the head). The row split is one cure for a ragged
+// last wave of 128x256 tiles, the large kernel's own tail split (below) another; the model prices both (e.g. M =
+// 901-972 at N = 5376 takes the tail split, at N = 5120 and K = 2048 a head of 768 rows and the rest split across
+// clusters). The BN = 128 kernel wins outright where the 128x256 tiles are too few for the SMs: small M (e.g. M <= 93
+// at N = 7168).
 //
 // Large-tile kernel: persistent 128x256 tiles in grouped order, 1 TMA producer + 2 consumer warpgroups,
-// wgmma.m64n256k16, a 4-stage mbarrier ring. A finished tile is rounded to bf16, transposed inside each quad of
-// lanes into 16 B row pieces, held in registers, and stored a quarter under each of the next tile's first four
-// k-steps, so that its stores run under tensor work and never fill the store queue at once (the 4 B stores of
-// one burst had cost 5-8% at M 8192). Split-K through the fp32 workspace when the tiles fill under half the SMs
-// (a zero kernel, 8 B vector reductions, a rounding kernel).
+// wgmma.m64n256k16, a 4-stage mbarrier ring. A finished tile is rounded to bf16, transposed inside each quad of lanes
+// into 16 B row pieces, held in registers, and stored a quarter under each of the next tile's first four k-steps, so
+// that its stores run under tensor work and never fill the store queue at once (the 4 B stores of one burst had cost
+// 5-8% at M 8192). When the tiles fill under half the SMs, split-K across a cluster per tile (the BN = 128 kernel's
+// reduction below, the partial tile written into the ring, idle once the last wgmmas have read it; one launch, no
+// workspace). A ragged last wave (e.g. M = 901-972 at N = 5376: 168 tiles, 132 + 36) is split in the same launch where
+// the model prefers it: whole waves of whole tiles, then each remaining tile cut into S K-slices on S otherwise idle
+// SMs (36 x 3); slices but the last store their fp32 accumulators in a slab of the workspace and count themselves in
+// the tile's counter (a memset node zeroes the counters: the workspace is garbage on entry); the last slice waits for
+// the count, adds the slabs in fixed order and stores the tile. Each CTA runs at most one slice, so nothing waits on a
+// CTA that is itself waiting.
 //
 // BN = 128 kernel (every N <= 256, and N > 256 where the model prefers it):
 //  * BN = 128 (wgmma.m64n128k16, 64 fp32 accumulators per thread). At N = 128 the large path's BN = 256 tile
@@ -263,6 +270,75 @@ __device__ __forceinline__ float4 ld_cluster_f4(uint32_t addr) {
     return v;
 }
 
+constexpr int MAX_CLUSTER = 8;   // portable cluster size: the most K-slices of a cluster split
+
+// Cluster split-K (both kernels): the CTAs of a cluster run the K-slices of one tile (rank = slice) and reduce
+// through distributed shared memory. A CTA's fp32 partial tile is row-major in its own shared memory, element
+// (r, c) of the BM x BN tile at r * BN + (c ^ ((r & 7) << 3)): the XOR (bits 3..5 of the column) spreads the 8 rows a
+// warp's float2 store touches over all banks and keeps every aligned group of 4 columns contiguous for float4 reads.
+template <int BN>
+__device__ __forceinline__ int partial_index(int r, int c) { return r * BN + (c ^ ((r & 7) << 3)); }
+
+// A consumer warpgroup's m64nBNk16 accumulators into the partial tile: d[4j + 2h + e] is tile row lrow + 8h, column
+// lcol + 8j + e (lrow = 64 * warpgroup + 16 * warp + lane / 4, lcol = 2 * (lane % 4)).
+template <int BN, int R>
+__device__ __forceinline__ void write_partial(float* partial, const float (&d)[R], int lrow, int lcol) {
+    static_assert(R == BN / 2, "m64nBNk16: BN / 2 accumulators per thread");
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            *reinterpret_cast<float2*>(partial + partial_index<BN>(lrow + 8 * h, lcol + 8 * j)) =
+                make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+}
+
+// Run by the CT consumer threads (ct = 0..CT-1) once this CTA's partial tile is written; the producer warpgroup
+// meets the same two cluster barriers with cluster_sync_relaxed. After the first barrier every rank's partial is
+// visible; this CTA sums the float4 chunks [rank * total / splits, (rank + 1) * total / splits) of the tile (chunk
+// c: row c / (BN / 4), columns 4 * (c % (BN / 4)) .. + 3) over ranks 0..splits-1 in rank order (deterministic) and
+// keeps the bf16 results in registers; C is stored only after the exit barrier (no CTA leaves while a peer may
+// still read its shared memory), so that barrier's release has no global stores to wait for.
+template <int BM, int BN, int CT>
+__device__ __forceinline__ void reduce_partials_store(uint32_t partial_s, int rank, int splits, int ct,
+                                                      __nv_bfloat16* C, int m0, int n0, int M, int N) {
+    constexpr int total = BM * BN / 4, per_row = BN / 4;
+    constexpr int ITERS = (total / 2 + CT - 1) / CT;   // splits >= 2: at most total / 2 chunks per rank
+    cluster_sync_release_acquire();
+    const int c_begin = rank * total / splits, c_end = (rank + 1) * total / splits;
+    uint32_t src[MAX_CLUSTER];
+#pragma unroll
+    for (int q = 0; q < MAX_CLUSTER; ++q) src[q] = q < splits ? map_rank(partial_s, (uint32_t)q) : 0u;
+    uint2 packed[ITERS];
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+        const int c = c_begin + ct + i * CT;
+        packed[i] = make_uint2(0u, 0u);
+        if (c < c_end) {
+            const uint32_t off = (uint32_t)partial_index<BN>(c / per_row, (c % per_row) * 4) * 4u;
+            float4 v[MAX_CLUSTER];
+#pragma unroll
+            for (int q = 0; q < MAX_CLUSTER; ++q)
+                if (q < splits) v[q] = ld_cluster_f4(src[q] + off);
+            float4 sum = v[0];
+#pragma unroll
+            for (int q = 1; q < MAX_CLUSTER; ++q)
+                if (q < splits) { sum.x += v[q].x; sum.y += v[q].y; sum.z += v[q].z; sum.w += v[q].w; }
+            packed[i] = make_uint2(bf16_pair(sum.x, sum.y), bf16_pair(sum.z, sum.w));
+        }
+    }
+    cluster_sync_release_acquire();   // release: this thread's DSMEM loads are ordered before its arrival
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+        const int c = c_begin + ct + i * CT;
+        const int gr = m0 + c / per_row, gc = n0 + (c % per_row) * 4;
+        if (c < c_end && gr < M && gc < N) {        // N % 8 == 0 and gc % 4 == 0: gc + 3 < N too
+            uint32_t* dst = reinterpret_cast<uint32_t*>(C + (size_t)gr * N + gc);   // 4 B aligned
+            dst[0] = packed[i].x;
+            dst[1] = packed[i].y;
+        }
+    }
+}
+
 // Row-major [rows, K] bf16 matrix, box = box_rows x 64, 128B swizzle, out-of-bounds reads as zero.
 bool encode_kmajor(CUtensorMap* map, const void* ptr, int rows, int K, int box_rows) {
     const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows};
@@ -275,16 +351,66 @@ bool encode_kmajor(CUtensorMap* map, const void* ptr, int rows, int K, int box_r
                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+constexpr int MAX_DEVICES = 64;
+
+// Cluster launch attributes: clusters of `s` CTAs along x (none for s = 1).
+void set_cluster(cudaLaunchConfig_t& config, cudaLaunchAttribute& attribute, int s) {
+    if (s <= 1) return;
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = (unsigned)s;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+}
+
+// A kernel's clusters of `s` CTAs resident at once (s = 1: the SM count), cached per device; a failed query is
+// replaced by sms / s (the hardware then runs any excess in a later wave: slower, never wrong). The kernel's
+// shared-memory attribute must be set before the first query.
+struct ClusterFit {
+    const void* kernel;
+    int threads;
+    size_t smem;
+    int cache[MAX_DEVICES][MAX_CLUSTER + 1] = {};
+
+    int capacity(int dev, int sms, int s) {
+        if (s <= 1) return sms;
+        int* slot = (dev >= 0 && dev < MAX_DEVICES) ? &cache[dev][s] : nullptr;
+        if (slot && *slot > 0) return *slot;
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3((unsigned)s, 1, 1);
+        config.blockDim = dim3((unsigned)threads, 1, 1);
+        config.dynamicSmemBytes = smem;
+        cudaLaunchAttribute attribute;
+        set_cluster(config, attribute, s);
+        int clusters = 0;
+        if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess || clusters <= 0) {
+            cudaGetLastError();                               // clear the failed query's error
+            clusters = sms / s;
+        }
+        if (clusters < 1) clusters = 1;
+        if (slot) *slot = clusters;
+        return clusters;
+    }
+
+    // The largest split in [1, most] (most <= MAX_CLUSTER) whose `tiles` clusters all fit at once (1 if none does).
+    int split(int dev, int sms, long long tiles, int most) {
+        for (int s = most; s >= 2; --s)
+            if (tiles * s <= sms && tiles <= capacity(dev, sms, s)) return s;
+        return 1;
+    }
+};
+
 // Cost model, in SM clocks (fitted guesses, see the header): one k-step of a tile per kernel and tile height, a
-// cluster reduction, one extra launch, one fp32 element of a split-K partial reduced (per SM), DRAM bytes per
-// clock.
+// cluster reduction, one extra launch, DRAM bytes per clock.
 constexpr double STEP_CLK_LARGE = 760.0;  // 128x256x64: twice the tensor work of 128x128x64, fewer bytes per FLOP
 constexpr double STEP_CLK_A = 384.0;      // 64x128x64: 256 clk of tensor work, bound by 24 KB of operands
 constexpr double STEP_CLK_B = 560.0;      // 128x128x64: 512 clk of tensor work, 32 KB of operands
 constexpr double RED_CLK_A = 1000.0;
 constexpr double RED_CLK_B = 1600.0;
+constexpr double RED_CLK_LARGE = 3200.0;  // the BN = 128 figure for twice the partial tile (not fitted; low)
 constexpr double LAUNCH_CLK = 2000.0;
-constexpr double ATOMIC_CLK = 1.0;
+constexpr double FIXUP_CLK = 1500.0;      // per slice of a split last-wave tile: a 128 KB slab through L2
 constexpr double DRAM_BYTES_PER_CLK = 2000.0;
 
 // The DRAM floor of any plan: A, B and C each moved once.
@@ -308,12 +434,33 @@ constexpr int MAX_SPLITS = 16;
 constexpr uint32_t A_BYTES = BM * BK * 2;       // 16 KB per stage
 constexpr uint32_t B_BYTES = BN * BK * 2;       // 32 KB per stage
 constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;
+constexpr int SLAB_F4 = BM * BN / 4;            // one tile's fp32 accumulators in float4s (128 KB)
 // 1 KB slack to align the ring to the 1024 B swizzle atom, the ring, then full/empty barriers.
 constexpr size_t SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8;
 
-// partial[0..1] += (a, b): one 8 B vector reduction (sm_90), half the L2 operations of two scalar atomics.
-__device__ __forceinline__ void red_add_pair(float* partial, float a, float b) {
-    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(partial), "f"(a), "f"(b) : "memory");
+// One CTA's unit of work: a whole tile (slice < 0), or K-slice `slice` of `splits` of a tile after the first
+// `whole` tiles, k-steps [k_begin, k_end).
+struct Unit {
+    int tile, slice, k_begin, k_end;
+};
+
+__device__ __forceinline__ Unit unit_of(int u, int whole, int splits, int k_iters) {
+    if (u < whole) return {u, -1, 0, k_iters};
+    const int v = u - whole, slice = v % splits;
+    return {whole + v / splits, slice, slice * k_iters / splits, (slice + 1) * k_iters / splits};
+}
+
+// The 256 consumer threads meet (named barrier 1; the producer warpgroup takes no part).
+__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, 256;" ::: "memory"); }
+
+__device__ __forceinline__ void red_release_add(unsigned* counter, unsigned v) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(counter), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* counter) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+    return v;
 }
 
 // Grouped tile order: bands of GROUP_M m-tiles, m fastest inside a band.
@@ -327,20 +474,29 @@ __device__ __forceinline__ void tile_origin(int t, int num_m, int num_n, int& m0
     n0 = (r / band_m) * BN;
 }
 
+// Tiles [0, whole) whole; every later tile cut into `splits` K-slices. Two reductions:
+//  * counters null (whole = 0, launched in clusters of `splits`, one slice per CTA): through distributed shared
+//    memory, each CTA's partial tile written into its ring, idle by then (reduce_partials_store);
+//  * a ragged last wave (counters set): slices but the last store their accumulators in a slab and count themselves
+//    in the tile's counter (zeroed before the launch); the last waits for the count, adds the slabs in fixed order
+//    (deterministic) and stores the tile.
 __global__ void __launch_bounds__(THREADS, 1)
 gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
-                    __nv_bfloat16* __restrict__ C, float* __restrict__ partial, int M, int N, int K, int splits) {
+                    __nv_bfloat16* __restrict__ C, float4* __restrict__ slabs, unsigned* __restrict__ counters,
+                    int M, int N, int K, int whole, int splits) {
     extern __shared__ uint8_t smem_raw[];
-    const uint32_t ring = ((uint32_t)__cvta_generic_to_shared(smem_raw) + 1023u) & ~1023u;
+    const uint32_t smem_base = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    const uint32_t ring = (smem_base + 1023u) & ~1023u;
     const uint32_t smem_a = ring;                        // STAGES x [128 rows x 128 B]
     const uint32_t smem_b = ring + STAGES * A_BYTES;     // STAGES x [256 rows x 128 B]
     const uint32_t full_bar = smem_b + STAGES * B_BYTES; // STAGES x 8 B
     const uint32_t empty_bar = full_bar + STAGES * 8;    // STAGES x 8 B
 
     const int num_m = (M + BM - 1) / BM, num_n = (N + BN - 1) / BN;
-    const int num_units = num_m * num_n * splits;   // (tile, K slice) pairs
+    const int num_units = whole + (num_m * num_n - whole) * splits;
     const int k_iters = (K + BK - 1) / BK;
     const int wg = threadIdx.x / 128;
+    const bool cluster = splits > 1 && !counters;
 
     if (threadIdx.x == 0) {
         asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_a)) : "memory");
@@ -360,10 +516,10 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
             int s = 0;
             uint32_t phase = 0;
             for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
+                const Unit w = unit_of(u, whole, splits, k_iters);
                 int m0, n0;
-                tile_origin(u / splits, num_m, num_n, m0, n0);
-                const int k_end = (u % splits + 1) * k_iters / splits;
-                for (int k = (u % splits) * k_iters / splits; k < k_end; ++k) {
+                tile_origin(w.tile, num_m, num_n, m0, n0);
+                for (int k = w.k_begin; k < w.k_end; ++k) {
                     mbar_wait(empty_bar + 8 * s, phase ^ 1);   // fresh barriers pass parity 1 at once
                     mbar_arrive_expect_tx(full_bar + 8 * s, STAGE_BYTES);
                     tma_load_2d(smem_a + s * A_BYTES, &tmap_a, full_bar + 8 * s, k * BK, m0);
@@ -371,6 +527,10 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
                     if (++s == STAGES) { s = 0; phase ^= 1; }
                 }
             }
+        }
+        if (cluster) {      // the producer warpgroup takes part in both cluster barriers of the reduction
+            cluster_sync_relaxed();
+            cluster_sync_relaxed();
         }
     } else {
         // ---------------- consumer warpgroups ----------------
@@ -389,9 +549,10 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
         uint32_t phase = 0;
         const uint64_t da0 = smem_desc(smem_a + cw * 64 * 128), db0 = smem_desc(smem_b);   // stage 0
         for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
+            const Unit w = unit_of(u, whole, splits, k_iters);
             int m0, n0;
-            tile_origin(u / splits, num_m, num_n, m0, n0);
-            const int k_begin = (u % splits) * k_iters / splits, k_end = (u % splits + 1) * k_iters / splits;
+            tile_origin(w.tile, num_m, num_n, m0, n0);
+            const int k_begin = w.k_begin, k_end = w.k_end;
             int prev = 0;
             for (int k = k_begin; k < k_end; ++k) {
                 mbar_wait(full_bar + 8 * s, phase);
@@ -421,97 +582,128 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
                 held_row = -1;
             }
 
-            if (splits == 1) {                               // held while the next tile's first k-steps run
+            if (counters && w.slice >= 0) {                  // a slice of the last wave's tiles
+                const int ct = threadIdx.x - 128, t = w.tile - whole;
+                float4* const mine = slabs + (size_t)t * (splits - 1) * SLAB_F4 + ct;
+                if (w.slice < splits - 1) {                  // publish: stores, fence, then count (one thread)
+#pragma unroll
+                    for (int i = 0; i < 32; ++i)
+                        __stcg(mine + (size_t)w.slice * SLAB_F4 + 256 * i,
+                               make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+                    __threadfence();
+                    consumers_sync();
+                    if (ct == 0) red_release_add(counters + t, 1u);
+                    continue;
+                }
+                if (ct == 0)
+                    while (ld_acquire(counters + t) != (unsigned)(splits - 1)) __nanosleep(100);
+                consumers_sync();
+                for (int q = 0; q < splits - 1; ++q) {
+#pragma unroll
+                    for (int i = 0; i < 32; ++i) {
+                        const float4 v = __ldcg(mine + (size_t)q * SLAB_F4 + 256 * i);
+                        acc[4 * i] += v.x;
+                        acc[4 * i + 1] += v.y;
+                        acc[4 * i + 2] += v.z;
+                        acc[4 * i + 3] += v.w;
+                    }
+                }
+            }
+            if (w.slice < 0 || counters) {                   // held while the next tile's first k-steps run
                 pack_pieces(acc, held, lane & 3);
                 held_row = m0 + row_in_tile;
                 held_col = n0 + col_in_tile;
                 continue;
             }
-            // Split-K: fp32 pair reductions into the workspace. Accumulator layout of m64nNk16: d[4j + 2h + e] is row
-            // 16*warp + lane/4 + 8h, column 8j + 2*(lane%4) + e.
-            const int row = m0 + row_in_tile, col0 = n0 + 2 * (lane & 3);
-#pragma unroll
-            for (int j = 0; j < BN / 8; ++j) {
-                const int col = col0 + 8 * j;
-                if (col < N) {                               // N even, col even: col + 1 < N too
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int r = row + 8 * h;
-                        if (r >= M) continue;
-                        red_add_pair(partial + (size_t)r * N + col, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-                    }
-                }
-            }
+            // A cluster split: this CTA's one unit, reduced below.
         }
         if (held_row >= 0) store_pieces<HELD_PARTS>(C, held, held_row, held_col, M, N, 0, HELD_PARTS);
-    }
-}
-
-__global__ void zero_partial(float4* __restrict__ partial, size_t quads) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < quads; i += (size_t)gridDim.x * blockDim.x)
-        partial[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-}
-
-// C = bf16(partial), a pair of columns per step (N is even, so pairs never straddle rows).
-__global__ void round_partial(const float2* __restrict__ partial, __nv_bfloat162* __restrict__ C, size_t pairs) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < pairs; i += (size_t)gridDim.x * blockDim.x) {
-        const float2 v = partial[i];
-        C[i] = __floats2bfloat162_rn(v.x, v.y);
+        if (cluster) {   // the partial tile into the ring, once both warpgroups' last wgmmas have read it
+            int m0, n0;
+            tile_origin((int)blockIdx.x / splits, num_m, num_n, m0, n0);
+            consumers_sync();
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the ring was last the async proxy's
+            float* const partial = reinterpret_cast<float*>(smem_raw + (ring - smem_base));
+            write_partial<BN>(partial, acc, row_in_tile, 2 * (lane & 3));
+            reduce_partials_store<BM, BN, 256>(ring, (int)cluster_ctarank(), splits, (int)threadIdx.x - 128, C, m0, n0,
+                                               M, N);
+        }
     }
 }
 
 long long tile_count(int M, int N) { return (long long)((M + BM - 1) / BM) * ((N + BN - 1) / BN); }
 
-// Split-K ways: 1 unless the tiles fill under half the SMs and the workspace holds an fp32 partial of C.
-long long split_for(int M, int N, int K, int sms, const void* workspace, size_t workspace_bytes) {
-    const long long tiles = tile_count(M, N);
-    if (2 * tiles > sms || !workspace || workspace_bytes < (size_t)M * N * sizeof(float) ||
-        (reinterpret_cast<uintptr_t>(workspace) & 15))
-        return 1;
-    long long splits = sms / tiles;
-    const long long most = (K + BK - 1) / BK / MIN_K_ITERS;
-    if (splits > most) splits = most;
-    if (splits > MAX_SPLITS) splits = MAX_SPLITS;
-    return splits < 1 ? 1 : splits;
+// How the kernel covers C (see gemm_bf16_tn_kernel): tiles [0, whole) whole, the rest cut into `splits` K-slices,
+// reduced through slabs and counters (tail) or through distributed shared memory (whole = 0, a cluster per tile).
+struct Plan {
+    long long whole = 0, splits = 1;
+    bool tail = false;
+    double cost = 1e300;
+};
+
+// The workspace a tail of `rem` tiles cut `splits` ways needs: counters (256 B aligned), then the slabs.
+size_t tail_bytes(long long rem, long long splits) {
+    return ((size_t)rem * sizeof(unsigned) + 255) / 256 * 256 + (size_t)rem * (splits - 1) * SLAB_F4 * sizeof(float4);
 }
 
-// The launch's cost in the model's clocks: whole waves of (tile, K slice) units, plus the split-K extras.
-double cost(int M, int N, int K, int sms, const void* workspace, size_t workspace_bytes) {
-    const long long splits = split_for(M, N, K, sms, workspace, workspace_bytes);
-    const long long waves = (tile_count(M, N) * splits + sms - 1) / sms;
-    const long long steps = ((K + BK - 1) / BK + splits - 1) / splits;
-    double clk = (double)waves * steps * STEP_CLK_LARGE;
-    if (splits > 1) clk += 2 * LAUNCH_CLK + ATOMIC_CLK * (double)M * N * splits / sms;
+ClusterFit fit{reinterpret_cast<const void*>(gemm_bf16_tn_kernel), THREADS, SMEM_BYTES};
+
+// Every tile split across a cluster when the tiles fill under half the SMs; otherwise whole waves of whole tiles
+// and, where cheaper and the workspace holds the slabs, the ragged last wave's tiles split across the idle SMs.
+// No workspace (the row split's head): whole tiles only.
+Plan plan(int dev, int M, int N, int K, int sms, const void* workspace, size_t workspace_bytes) {
+    const long long tiles = tile_count(M, N), k_iters = (K + BK - 1) / BK;
+    long long most = k_iters / MIN_K_ITERS;
+    if (most > MAX_SPLITS) most = MAX_SPLITS;
     const double dram = dram_clk(M, N, K);
-    return clk > dram ? clk : dram;
+    Plan p;
+    p.whole = tiles;
+    p.cost = (double)((tiles + sms - 1) / sms) * k_iters * STEP_CLK_LARGE;
+    if (workspace && 2 * tiles <= sms) {
+        const int s = fit.split(dev, sms, tiles, (int)(most < MAX_CLUSTER ? most : MAX_CLUSTER));
+        const double c = (double)((k_iters + s - 1) / s) * STEP_CLK_LARGE + RED_CLK_LARGE;
+        if (s > 1 && c < p.cost) p = Plan{0, s, false, c};
+    } else if (workspace && !(reinterpret_cast<uintptr_t>(workspace) & 15) && tiles % sms > 0) {
+        const long long rem = tiles % sms, waves = tiles / sms;
+        for (long long s = 2; s <= most && rem * s <= sms && tail_bytes(rem, s) <= workspace_bytes; ++s) {
+            const double c = (double)(waves * k_iters + (k_iters + s - 1) / s) * STEP_CLK_LARGE + FIXUP_CLK * s +
+                             LAUNCH_CLK;
+            if (c < p.cost && p.cost > dram) p = Plan{tiles - rem, s, true, c};   // never for a DRAM-bound launch
+        }
+    }
+    if (p.cost < dram) p.cost = dram;
+    return p;
 }
 
-// The launch, after the argument checks.
-cudaError_t launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K,
+double cost(int dev, int M, int N, int K, int sms, const void* workspace, size_t workspace_bytes) {
+    return plan(dev, M, N, K, sms, workspace, workspace_bytes).cost;
+}
+
+// The launch, after the argument checks and the kernel's shared-memory attribute.
+cudaError_t launch(int dev, const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K,
                    void* workspace, size_t workspace_bytes, int sms, cudaStream_t stream) {
     CUtensorMap tmap_a, tmap_b;
     if (!encode_kmajor(&tmap_a, A, M, K, BM) || !encode_kmajor(&tmap_b, B, N, K, BN))
         return cudaErrorInvalidValue;
-    cudaError_t err =
-        cudaFuncSetAttribute(gemm_bf16_tn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM_BYTES);
-    if (err != cudaSuccess) return err;
-
-    const size_t elements = (size_t)M * N;
-    float* partial = static_cast<float*>(workspace);
-    const long long splits = split_for(M, N, K, sms, workspace, workspace_bytes);
-    const long long units = tile_count(M, N) * splits;
-    const int grid = (int)(units < sms ? units : sms);
-    if (splits > 1) {
-        zero_partial<<<2 * sms, 256, 0, stream>>>(reinterpret_cast<float4*>(partial), elements / 4);
-        err = cudaGetLastError();
+    const Plan p = plan(dev, M, N, K, sms, workspace, workspace_bytes);
+    const long long rem = tile_count(M, N) - p.whole, units = p.whole + rem * p.splits;
+    float4* slabs = nullptr;
+    unsigned* counters = nullptr;
+    if (p.tail) {                                    // counters first, the slabs from the next 256 B
+        counters = static_cast<unsigned*>(workspace);
+        slabs = reinterpret_cast<float4*>(static_cast<char*>(workspace) + tail_bytes(rem, 1));
+        const cudaError_t err = cudaMemsetAsync(counters, 0, (size_t)rem * sizeof(unsigned), stream);
         if (err != cudaSuccess) return err;
     }
-    gemm_bf16_tn_kernel<<<grid, THREADS, SMEM_BYTES, stream>>>(tmap_a, tmap_b, C, partial, M, N, K, (int)splits);
-    err = cudaGetLastError();
-    if (err != cudaSuccess || splits == 1) return err;
-    round_partial<<<2 * sms, 256, 0, stream>>>(reinterpret_cast<const float2*>(partial),
-                                               reinterpret_cast<__nv_bfloat162*>(C), elements / 2);
-    return cudaGetLastError();
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3((unsigned)(units < sms ? units : sms), 1, 1);   // a cluster split: units <= sms
+    config.blockDim = dim3(THREADS, 1, 1);
+    config.dynamicSmemBytes = SMEM_BYTES;
+    config.stream = stream;
+    cudaLaunchAttribute attribute;
+    set_cluster(config, attribute, p.tail ? 1 : (int)p.splits);
+    return cudaLaunchKernelEx(&config, gemm_bf16_tn_kernel, tmap_a, tmap_b, C, slabs, counters, M, N, K,
+                              (int)p.whole, (int)p.splits);
 }
 
 }  // namespace large
@@ -522,7 +714,7 @@ cudaError_t launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16
 namespace narrow {
 
 constexpr int BN = 128, BK = 64;       // BK * 2 bytes = 128 B = one swizzle row
-constexpr int MAX_SPLITS = 8;          // portable cluster size
+constexpr int MAX_SPLITS = MAX_CLUSTER;
 constexpr int MIN_K_ITERS = 4;         // least k-steps per split-K slice
 constexpr int MIN_TAIL_K_ITERS = 16;   // a ragged last wave is split only when a tile is at least this long
 constexpr size_t SMEM_LIMIT = 232448;  // 227 KB per block on sm_90
@@ -543,11 +735,6 @@ struct Cfg {
     static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stages must keep 1024 B alignment");
     static_assert(SMEM_BYTES <= SMEM_LIMIT, "shared memory over 227 KB");
 };
-
-// Partial tile layout: element (r, c) of the BM x 128 fp32 tile at r * 128 + (c ^ ((r & 7) << 3)). The XOR
-// (bits 3..5 of the column) spreads the 8 rows a warp's float2 store touches over all banks, and keeps every
-// aligned group of 4 columns contiguous and 16 B aligned for the float4 reads.
-__device__ __forceinline__ int partial_index(int r, int c) { return r * BN + (c ^ ((r & 7) << 3)); }
 
 // Kernel over tiles [tile_begin, tile_begin + num_tiles) of the grid of BM x 128 tiles (n fastest).
 // splits == 1: ordinary launch, persistent: CTA b takes tiles b, b + gridDim.x, ... over all of K.
@@ -660,76 +847,15 @@ gemm_narrow_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_cons
                 pack_pieces(acc, piece, lane & 3);
                 store_pieces<1>(C, piece, m0 + lrow, n0 + 8 * (lane & 3), M, N, 0, 1);
             } else {
-                // Partial tile into this CTA's shared memory (the whole tile; edges are cut at the store).
-#pragma unroll
-                for (int j = 0; j < BN / 8; ++j) {
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int r = lrow + 8 * h;
-                        *reinterpret_cast<float2*>(partial + partial_index(r, lcol + 8 * j)) =
-                            make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-                    }
-                }
+                write_partial<BN>(partial, acc, lrow, lcol);   // the whole tile; edges are cut at the store
             }
         }
-
-        if (split) {
-            cluster_sync_release_acquire();   // every CTA's partial tile is complete and visible cluster-wide
-            // This CTA sums the float4 chunks [rank * total / splits, (rank + 1) * total / splits) of the tile
-            // (chunk c: row c / 32, columns 4 * (c % 32) .. + 3) over the partials of ranks 0..splits-1, in rank
-            // order (deterministic), and keeps the bf16 results in registers: C is stored only after the exit
-            // barrier, so that barrier's release has no global stores to wait for.
-            constexpr int total = BM * BN / 4;
-            constexpr int CT = 128 * CW;                    // consumer threads
-            constexpr int ITERS = (total / 2 + CT - 1) / CT;  // splits >= 2: at most total / 2 chunks per rank
-            static_assert(ITERS == 8, "chunk count per consumer thread");
-            const int c_begin = rank * total / splits, c_end = (rank + 1) * total / splits;
-            const int ct = (int)threadIdx.x - 128;
-            uint32_t src[MAX_SPLITS];
-#pragma unroll
-            for (int q = 0; q < MAX_SPLITS; ++q) src[q] = q < splits ? map_rank(partial_s, (uint32_t)q) : 0u;
-            uint2 packed[ITERS];
-#pragma unroll
-            for (int i = 0; i < ITERS; ++i) {
-                const int c = c_begin + ct + i * CT;
-                packed[i] = make_uint2(0u, 0u);
-                if (c < c_end) {
-                    const int r = c >> 5, col = (c & 31) * 4;
-                    const uint32_t off = (uint32_t)partial_index(r, col) * 4u;
-                    float4 v[MAX_SPLITS];
-#pragma unroll
-                    for (int q = 0; q < MAX_SPLITS; ++q)
-                        if (q < splits) v[q] = ld_cluster_f4(src[q] + off);
-                    float4 sum = v[0];
-#pragma unroll
-                    for (int q = 1; q < MAX_SPLITS; ++q)
-                        if (q < splits) { sum.x += v[q].x; sum.y += v[q].y; sum.z += v[q].z; sum.w += v[q].w; }
-                    const __nv_bfloat162 lo = __floats2bfloat162_rn(sum.x, sum.y);
-                    const __nv_bfloat162 hi = __floats2bfloat162_rn(sum.z, sum.w);
-                    packed[i] = make_uint2(*reinterpret_cast<const uint32_t*>(&lo),
-                                           *reinterpret_cast<const uint32_t*>(&hi));
-                }
-            }
-            // Exit barrier: no CTA leaves while a peer may still read its shared memory (release: this thread's
-            // DSMEM loads are ordered before its arrival).
-            cluster_sync_release_acquire();
-#pragma unroll
-            for (int i = 0; i < ITERS; ++i) {
-                const int c = c_begin + ct + i * CT;
-                const int gr = m0 + (c >> 5), gc = n0 + (c & 31) * 4;
-                if (c < c_end && gr < M && gc < N) {        // N % 8 == 0 and gc % 4 == 0: gc + 3 < N too
-                    uint32_t* dst = reinterpret_cast<uint32_t*>(C + (size_t)gr * N + gc);   // 4 B aligned
-                    dst[0] = packed[i].x;
-                    dst[1] = packed[i].y;
-                }
-            }
-        }
+        if (split)
+            reduce_partials_store<BM, BN, 128 * CW>(partial_s, rank, splits, (int)threadIdx.x - 128, C, m0, n0, M, N);
     }
 }
 
 // ---------------- host side ----------------
-
-constexpr int MAX_DEVICES = 64;
 
 struct Plan {
     int head_tiles = 0;     // tiles [0, head_tiles) by the first launch
@@ -746,40 +872,10 @@ struct Path {
 
     static void* kernel() { return reinterpret_cast<void*>(gemm_narrow_kernel<CW, STAGES>); }
 
-    // Clusters of `s` CTAs resident at once (s = 1: the SM count), cached per device; a failed query is
-    // replaced by sms / s (the hardware then runs any excess in a later wave: slower, never wrong).
-    static int capacity(int dev, int sms, int s) {
-        static int cache[MAX_DEVICES][MAX_SPLITS + 1] = {};
-        if (s <= 1) return sms;
-        int* slot = (dev >= 0 && dev < MAX_DEVICES) ? &cache[dev][s] : nullptr;
-        if (slot && *slot > 0) return *slot;
-        cudaLaunchConfig_t config = {};
-        config.gridDim = dim3((unsigned)s, 1, 1);
-        config.blockDim = dim3(G::THREADS, 1, 1);
-        config.dynamicSmemBytes = G::SMEM_BYTES;
-        cudaLaunchAttribute attribute[1];
-        attribute[0].id = cudaLaunchAttributeClusterDimension;
-        attribute[0].val.clusterDim.x = (unsigned)s;
-        attribute[0].val.clusterDim.y = 1;
-        attribute[0].val.clusterDim.z = 1;
-        config.attrs = attribute;
-        config.numAttrs = 1;
-        int clusters = 0;
-        if (cudaOccupancyMaxActiveClusters(&clusters, gemm_narrow_kernel<CW, STAGES>, &config) != cudaSuccess ||
-            clusters <= 0) {
-            cudaGetLastError();                               // clear the failed query's error
-            clusters = sms / s;
-        }
-        if (clusters < 1) clusters = 1;
-        if (slot) *slot = clusters;
-        return clusters;
-    }
-
     // The largest split in [1, most] whose `tiles` clusters all fit at once (1 if none bigger does).
     static int fit_split(int dev, int sms, int tiles, int most) {
-        for (int s = most; s >= 2; --s)
-            if ((long long)tiles * s <= sms && tiles <= capacity(dev, sms, s)) return s;
-        return 1;
+        static ClusterFit fit{kernel(), G::THREADS, G::SMEM_BYTES};
+        return fit.split(dev, sms, tiles, most);
     }
 
     static Plan plan(int dev, int sms, int M, int N, int K, double step, double red) {
@@ -821,15 +917,8 @@ struct Path {
         config.blockDim = dim3(G::THREADS, 1, 1);
         config.dynamicSmemBytes = G::SMEM_BYTES;
         config.stream = stream;
-        cudaLaunchAttribute attribute[1];
-        if (splits > 1) {
-            attribute[0].id = cudaLaunchAttributeClusterDimension;
-            attribute[0].val.clusterDim.x = (unsigned)splits;
-            attribute[0].val.clusterDim.y = 1;
-            attribute[0].val.clusterDim.z = 1;
-            config.attrs = attribute;
-            config.numAttrs = 1;
-        }
+        cudaLaunchAttribute attribute;
+        set_cluster(config, attribute, splits);
         return cudaLaunchKernelEx(&config, gemm_narrow_kernel<CW, STAGES>, ta, tb, C, M, N, K, tile_begin, tiles,
                                   splits);
     }
@@ -878,22 +967,23 @@ Part price(int dev, int sms, int row0, int rows, int N, int K, const void* works
     p.rows = rows;
     p.narrow = narrow_choice(dev, sms, rows, N, K);
     if (!single || p.narrow.plan.tail_tiles == 0) p.cost = p.narrow.plan.cost;
-    // At N <= 256 a 256-wide tile would waste MMA work and B traffic the model does not see.
+    // At N <= 256 a 256-wide tile would waste MMA work and B traffic the model does not see. A tie (both at the
+    // DRAM floor) goes to the large kernel, but for its cluster split: the BN = 128 kernel measured faster there.
     if (N > 256) {
-        const double c = large::cost(rows, N, K, sms, workspace, workspace_bytes);
-        if (c <= p.cost) {
+        const large::Plan q = large::plan(dev, rows, N, K, sms, workspace, workspace_bytes);
+        if (q.cost < p.cost || (q.cost == p.cost && (q.tail || q.splits == 1))) {
             p.large = true;
-            p.cost = c;
+            p.cost = q.cost;
         }
     }
     return p;
 }
 
-cudaError_t run(const Part& p, const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int N, int K,
-                void* workspace, size_t workspace_bytes, int sms, cudaStream_t stream) {
+cudaError_t run(int dev, const Part& p, const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int N,
+                int K, void* workspace, size_t workspace_bytes, int sms, cudaStream_t stream) {
     A += (size_t)p.row0 * K;
     C += (size_t)p.row0 * N;
-    if (p.large) return large::launch(A, B, C, p.rows, N, K, workspace, workspace_bytes, sms, stream);
+    if (p.large) return large::launch(dev, A, B, C, p.rows, N, K, workspace, workspace_bytes, sms, stream);
     return p.narrow.tall ? narrow::PathB::run(p.narrow.plan, A, B, C, p.rows, N, K, stream)
                          : narrow::PathA::run(p.narrow.plan, A, B, C, p.rows, N, K, stream);
 }
@@ -913,7 +1003,10 @@ extern "C" cudaError_t ptxbench_gemm(const __nv_bfloat16* A, const __nv_bfloat16
     err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (err != cudaSuccess) return err;
     if (sms < 1) sms = 1;
-    // The occupancy queries behind the BN = 128 plans need the kernels' shared-memory size set first.
+    // The occupancy queries behind the cluster plans need the kernels' shared-memory size set first.
+    err = cudaFuncSetAttribute(large::gemm_bf16_tn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)large::SMEM_BYTES);
+    if (err != cudaSuccess) return err;
     err = cudaFuncSetAttribute(narrow::PathA::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                (int)narrow::PathA::G::SMEM_BYTES);
     if (err != cudaSuccess) return err;
@@ -928,15 +1021,15 @@ extern "C" cudaError_t ptxbench_gemm(const __nv_bfloat16* A, const __nv_bfloat16
     double best = whole.cost;
     for (int h = large::BM; N > 256 && h < M; h += large::BM) {
         const Part r = price(dev, sms, h, M - h, N, K, workspace, workspace_bytes, true);
-        const double c = large::cost(h, N, K, sms, nullptr, 0) + LAUNCH_CLK + r.cost;
+        const double c = large::cost(dev, h, N, K, sms, nullptr, 0) + LAUNCH_CLK + r.cost;
         if (c < best) {
             best = c;
             head = Part{0, h, true};
             rest = r;
         }
     }
-    if (head.rows == 0) return run(whole, A, B, C, N, K, workspace, workspace_bytes, sms, stream);
-    err = run(head, A, B, C, N, K, nullptr, 0, sms, stream);
+    if (head.rows == 0) return run(dev, whole, A, B, C, N, K, workspace, workspace_bytes, sms, stream);
+    err = run(dev, head, A, B, C, N, K, nullptr, 0, sms, stream);
     if (err != cudaSuccess) return err;
-    return run(rest, A, B, C, N, K, workspace, workspace_bytes, sms, stream);
+    return run(dev, rest, A, B, C, N, K, workspace, workspace_bytes, sms, stream);
 }
