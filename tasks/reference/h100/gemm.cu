@@ -5,9 +5,9 @@
 // of C, or a row split: the large kernel over a head of whole 128-row tiles (no split-K), then either kernel
 // over the remaining rows as a GEMM of its own (A and C offset by the head). The row split is one cure for a ragged
 // last wave of 128x256 tiles, the large kernel's own tail split (below) another; the model prices both (e.g. M =
-// 901-972 at N = 5376 takes the tail split, at N = 5120 and K = 2048 a head of 768 rows and the rest split across
-// clusters). The BN = 128 kernel wins outright where the 128x256 tiles are too few for the SMs: small M (e.g. M <= 93
-// at N = 7168).
+// 901-972 at N = 5376 takes the tail split, M = 769-896 at N = 5120 and K = 2048 a head of 768 rows and the
+// BN = 128 kernel below it). The BN = 128 kernel wins outright where the 128x256 tiles are too few for the SMs: small
+// M (e.g. M <= 93 at N = 7168).
 //
 // Large-tile kernel: persistent 128x256 tiles in grouped order, 1 TMA producer + 2 consumer warpgroups,
 // wgmma.m64n256k16, a 4-stage mbarrier ring. A finished tile is rounded to bf16, transposed inside each quad of lanes
@@ -408,7 +408,8 @@ constexpr double STEP_CLK_A = 384.0;      // 64x128x64: 256 clk of tensor work, 
 constexpr double STEP_CLK_B = 560.0;      // 128x128x64: 512 clk of tensor work, 32 KB of operands
 constexpr double RED_CLK_A = 1000.0;
 constexpr double RED_CLK_B = 1600.0;
-constexpr double RED_CLK_LARGE = 3200.0;  // the BN = 128 figure for twice the partial tile (not fitted; low)
+constexpr double RED_CLK_LARGE = 4000.0;        // a cluster split's fixed cost (fitted on the H200)
+constexpr double RED_CLK_LARGE_SLICE = 2000.0;  // and its cost per slice: each adds a 128 KB partial tile over DSMEM
 constexpr double LAUNCH_CLK = 2000.0;
 constexpr double FIXUP_CLK = 1500.0;      // per slice of a split last-wave tile: a 128 KB slab through L2
 constexpr double DRAM_BYTES_PER_CLK = 2000.0;
@@ -661,7 +662,7 @@ Plan plan(int dev, int M, int N, int K, int sms, const void* workspace, size_t w
     p.cost = (double)((tiles + sms - 1) / sms) * k_iters * STEP_CLK_LARGE;
     if (workspace && 2 * tiles <= sms) {
         const int s = fit.split(dev, sms, tiles, (int)(most < MAX_CLUSTER ? most : MAX_CLUSTER));
-        const double c = (double)((k_iters + s - 1) / s) * STEP_CLK_LARGE + RED_CLK_LARGE;
+        const double c = (double)((k_iters + s - 1) / s) * STEP_CLK_LARGE + RED_CLK_LARGE + RED_CLK_LARGE_SLICE * s;
         if (s > 1 && c < p.cost) p = Plan{0, s, false, c};
     } else if (workspace && !(reinterpret_cast<uintptr_t>(workspace) & 15) && tiles % sms > 0) {
         const long long rem = tiles % sms, waves = tiles / sms;
