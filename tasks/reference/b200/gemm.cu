@@ -15,7 +15,7 @@
 //                    16-byte stores masked on M and N (split launches: see below, 8-byte stores).
 // Out-of-bounds rows/columns of A and B (ragged M, K not a multiple of 64) are zero-filled by TMA.
 //
-// Persistent schedule (every launch that is not split-K): grid = min(tiles, SMs), CTA b takes tiles b,
+// Persistent schedule (every launch that is not a cluster split): grid = min(tiles, SMs), CTA b takes tiles b,
 // b + grid, ... in a grouped order (bands of RASTER_GROUP = 16 m-tiles, m fastest inside a band, as in the
 // H100 reference's large kernel: the CTAs at work share A and B tiles in L2). All three roles walk the same
 // tiles; the ring's stage index and phase run on across tiles, so the producer streams the next tile's
@@ -45,7 +45,22 @@
 // (exit) cluster barrier so no CTA leaves while a peer still reads its shared memory, and only then
 // stores C. One kernel, no workspace, no memset, no global atomics. Shapes whose tiles already fill the
 // GPU (tiles >= SMs), or that no split >= 2 fits, take the persistent launch. Split launches use the same
-// kernel (template flag SPLIT): one tile per CTA, one BN-column accumulator. `workspace` is unused.
+// kernel (template flag SPLIT): one tile per CTA, one BN-column accumulator.
+//
+// Tail split (the H100 reference large kernel's, carried over; the only use of `workspace`): when the
+// persistent launch's tiles fill at least one wave but leave a ragged last one (tiles >= SMs, rem =
+// tiles % SMs > 0, e.g. M = 901-972 at N = 5376: 168 tiles = 148 + 20), the same launch runs the whole waves
+// of whole tiles, then cuts each of the rem last tiles into S K-slices on otherwise idle SMs (rem x S <= SMs,
+// >= MIN_K_BLOCKS K-blocks a slice, S <= MAX_SPLITS); the persistent CTAs then walk units (whole tiles, then
+// slices: unit_of), not tiles. Slices but the last store their fp32 accumulator (read out of TMEM as above)
+// into a slab of the workspace, __threadfence, meet at a named barrier of the 4 epilogue warps, and one thread
+// adds 1 (red.release.gpu) to the tile's counter; the last slice waits (ld.acquire.gpu) for S - 1, adds the
+// slabs in slab order 0..S-2 (deterministic), and stores the bf16 tile. cudaMemsetAsync zeroes the counters
+// first (the workspace is garbage on entry). Workspace: counters (rem x 4 B, rounded up to 256 B), then
+// rem x (S - 1) slabs of BM x BN fp32; tail only with a 16-B aligned workspace that holds them (the task gives
+// 4 * M * N bytes). Each CTA runs at most one slice, after all of its whole tiles, so nothing waits on a CTA
+// that is itself waiting (unit_of says why). The launcher prices S with datasheet-rate guesses (TAIL_*,
+// tail_splits): not fitted, no B200 has run this file.
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda.h>
@@ -59,9 +74,16 @@ constexpr int UMMA_K = 16;            // K of one kind::f16 MMA
 constexpr int NUM_THREADS = 192;      // 4 epilogue warps + TMA warp + MMA warp
 constexpr int PIPE_BYTES = 192 * 1024;
 constexpr int RASTER_GROUP = 16;      // M-tiles per raster group (L2 reuse of B tiles)
-constexpr int MAX_SPLITS = 8;         // portable cluster size
+constexpr int MAX_SPLITS = 8;         // portable cluster size; also the most K-slices of a tail tile
 constexpr int MIN_K_BLOCKS = 4;       // least K-blocks per split-K slice
 constexpr int MAX_DEVICES = 64;       // cluster-capacity cache entries
+// Tail-split pricing (see tail_splits), SM clocks. Guesses from datasheet rates, NOT fitted: no B200 has run this
+// file. The form is the H100 reference's large-kernel model; its fitted constants are not reused because a B200
+// SM does twice the tensor work per clock while a slab through L2 costs about the same.
+constexpr double TAIL_MMA_FLOP_PER_CLK = 8192.0;    // dense bf16 per SM: ~2.25 PFLOP/s / 148 SMs / ~1.85 GHz
+constexpr double TAIL_SLAB_BYTES_PER_CLK = 64.0;    // one SM's slab stores or loads through L2
+constexpr double TAIL_MEMSET_CLK = 2000.0;          // the counters' memset node (the H100 model's LAUNCH_CLK)
+constexpr double TAIL_DRAM_BYTES_PER_CLK = 4000.0;  // ~8 TB/s / ~1.9 GHz: a launch below this floor is not split
 
 template <int BN>
 struct Cfg {
@@ -74,6 +96,8 @@ struct Cfg {
     // Split-K: the fp32 partial tile lives at the start of the ring (see the kernel); it must fit there.
     static constexpr int PARTIAL_BYTES = BM * BN * 4;      // 64 KiB (BN 128) or 128 KiB (BN 256)
     static_assert(PARTIAL_BYTES <= STAGES * STAGE_BYTES, "partial tile must fit in the TMA ring");
+    // Tail split: one slice's fp32 tile in the workspace, in float4s (see slab_index).
+    static constexpr int SLAB_F4 = BM * BN / 4;
     // Instruction descriptor, tcgen05.mma .kind::f16 (32 bits):
     //   [0,2) sparsity selector = 0   [2] sparse = 0   [3] saturate = 0
     //   [4,6) D format: 1 = F32       [7,10) A format: 1 = BF16   [10,13) B format: 1 = BF16
@@ -234,15 +258,57 @@ __device__ __forceinline__ void tile_origin(int t, int tiles_m, int tiles_n, int
     n0 = (r / band_m) * BN;
 }
 
-// SPLIT == false: ordinary launch, persistent: CTA b takes tiles b, b + gridDim.x, ... over all of K, the
-//                 accumulator double-buffered in TMEM (splits must be 1).
+// One CTA's unit of work: a whole tile (slice < 0), or K-slice `slice` of `splits` of a tile, K-blocks
+// [kb_begin, kb_end) (never empty: splits <= num_kb / MIN_K_BLOCKS).
+struct Unit {
+    int tile, slice, kb_begin, kb_end;
+};
+__host__ __device__ __forceinline__ Unit slice_unit(int tile, int slice, int splits, int num_kb) {
+    return {tile, slice, slice * num_kb / splits, (slice + 1) * num_kb / splits};
+}
+// Persistent launch, tail split: units [0, whole) are the whole tiles, then unit whole + v is slice v % splits of
+// tile whole + v / splits (the slices of a tile adjacent, the last one last). The launcher sets whole = waves * grid
+// and rem * splits <= grid (grid = SMs), and CTA b walks units b, b + grid, ...: `waves` whole tiles, then unit
+// whole + b if b < rem * splits. So every CTA runs at most one slice, after all of its whole tiles, and a slice
+// that waits (the last of its tile) waits only on CTAs whose one slice is not a last one, i.e. that never wait:
+// no cycle. Those CTAs also have the lower block indices (b = (tile - whole) * splits + slice). Without a tail:
+// whole = tiles, splits = 1, unit u = tile u.
+__host__ __device__ __forceinline__ Unit unit_of(int u, int whole, int splits, int num_kb) {
+    if (u < whole) return {u, -1, 0, num_kb};
+    const int v = u - whole;
+    return slice_unit(whole + v / splits, v % splits, splits, num_kb);
+}
+
+// ---- tail split: slabs and counters in global memory ----
+// Slab layout (per slice): float4 (r, g) = tile row r, columns 4g..4g+3 at g * BM + r. Epilogue thread (w, lane)
+// owns row r = 32w + lane, so each 16-byte store or load of a warp covers 512 contiguous bytes, and the last slice's
+// thread reads back exactly the float4s that the same thread of the other slices wrote.
+__device__ __forceinline__ int slab_index(int r, int g) { return g * BM + r; }
+
+// The 4 epilogue warps (threads 0..127) meet; the TMA and MMA warps take no part (named barrier 1;
+// __syncthreads is barrier 0).
+__device__ __forceinline__ void epilogue_sync() { asm volatile("bar.sync 1, 128;" ::: "memory"); }
+__device__ __forceinline__ void red_release_add(unsigned* counter, unsigned v) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" :: "l"(counter), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* counter) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+    return v;
+}
+
+// SPLIT == false: ordinary launch, persistent: CTA b takes units b, b + gridDim.x, ... (unit_of), the
+//                 accumulator double-buffered in TMEM. No tail: whole = tiles, splits = 1 (slabs and counters
+//                 unused). Tail split: whole = waves * gridDim.x, the tiles after it cut into `splits` K-slices,
+//                 reduced through `slabs` and `counters` (zeroed before the launch).
 // SPLIT == true:  cluster launch of (splits, 1, 1), gridDim.x == tiles * splits: cluster c takes tile c, its CTA
 //                 of rank r the K-blocks [r * num_kb / splits, (r + 1) * num_kb / splits) (never empty: the
-//                 launcher keeps splits <= num_kb / MIN_K_BLOCKS), one accumulator.
+//                 launcher keeps splits <= num_kb / MIN_K_BLOCKS), one accumulator. slabs, counters, whole unused.
 template <int BN, bool SPLIT>
 __global__ void __launch_bounds__(NUM_THREADS, 1)
 gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                    __nv_bfloat16* __restrict__ C, int M, int N, int K, int splits) {
+                    __nv_bfloat16* __restrict__ C, float4* __restrict__ slabs, unsigned* __restrict__ counters,
+                    int M, int N, int K, int whole, int splits) {
     using Cf = Cfg<BN>;
     constexpr int STAGES = Cf::STAGES;
     constexpr int ACC_BUFS = SPLIT ? 1 : 2;
@@ -264,11 +330,13 @@ gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_consta
     const int tiles_m = (M + BM - 1) / BM;
     const int tiles_n = (N + BN - 1) / BN;
     const int tiles = tiles_m * tiles_n;
+    // Split: unit u = tile u, of which this CTA takes exactly one (its cluster's) and the K-slice `rank`.
+    const int units = SPLIT ? tiles : whole + (tiles - whole) * splits;
     const int first = SPLIT ? int(cluster_id_x()) : int(blockIdx.x);
-    const int stride = SPLIT ? tiles : int(gridDim.x);   // split: exactly one tile per CTA
+    const int stride = SPLIT ? tiles : int(gridDim.x);
     const int num_kb = (K + BK - 1) / BK;
-    const int kb_begin = rank * num_kb / splits;
-    const int kb_end = (rank + 1) * num_kb / splits;
+    // All three roles derive the same unit sequence from this.
+    auto unit = [&](int u) { return SPLIT ? slice_unit(u, rank, splits, num_kb) : unit_of(u, whole, splits, num_kb); };
 
     if (warp == 4 && lane == 0) {
         asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<uint64_t>(&tmA)) : "memory");
@@ -291,17 +359,19 @@ gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_consta
     tc_fence_after();
     const uint32_t tmem_base = tmem_slot;   // lane 0, first allocated column
 
-    // Each role walks the same tiles; `j` counts this CTA's tiles. The ring's stage s and phase run on across
-    // tiles; tile j uses accumulator buffer b = j % ACC_BUFS for the (j / ACC_BUFS)-th time, so it waits on
-    // acc_full[b] with parity (j / ACC_BUFS) & 1 and on acc_empty[b] with the flipped parity (the previous use).
+    // Each role walks the same units (a whole tile or a K-slice of one); `j` counts this CTA's units. The ring's
+    // stage s and phase run on across units; unit j uses accumulator buffer b = j % ACC_BUFS for the
+    // (j / ACC_BUFS)-th time, so it waits on acc_full[b] with parity (j / ACC_BUFS) & 1 and on acc_empty[b] with
+    // the flipped parity (the previous use).
     if (warp == 4) {
         if (lane == 0) {
             int s = 0;
             uint32_t phase = 0;
-            for (int t = first; t < tiles; t += stride) {
+            for (int u = first; u < units; u += stride) {
+                const Unit w = unit(u);
                 int m0, n0;
-                tile_origin<BN>(t, tiles_m, tiles_n, m0, n0);
-                for (int kb = kb_begin; kb < kb_end; ++kb) {
+                tile_origin<BN>(w.tile, tiles_m, tiles_n, m0, n0);
+                for (int kb = w.kb_begin; kb < w.kb_end; ++kb) {
                     mbar_wait(smem_u32(&empty_bar[s]), phase ^ 1);   // first pass returns at once
                     const uint32_t fb = smem_u32(&full_bar[s]);
                     const uint32_t sa = ring + s * Cf::STAGE_BYTES;
@@ -320,13 +390,15 @@ gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_consta
         if (lane == 0) {
             int s = 0;
             uint32_t phase = 0;
-            for (int t = first, j = 0; t < tiles; t += stride, ++j) {
+            for (int u = first, j = 0; u < units; u += stride, ++j) {
+                const Unit w = unit(u);
                 const int b = j % ACC_BUFS;
-                // Buffer b free: the epilogue has read out the tile before last (a fresh barrier passes at once).
+                // Buffer b free: the epilogue has read out the unit before last (a fresh barrier passes at once).
                 mbar_wait(smem_u32(&acc_empty[b]), ((j / ACC_BUFS) & 1) ^ 1);
                 tc_fence_after();
                 const uint32_t d = tmem_base + uint32_t(b * BN);
-                for (int kb = kb_begin; kb < kb_end; ++kb) {
+                const int kb_begin = w.kb_begin;
+                for (int kb = kb_begin; kb < w.kb_end; ++kb) {
                     mbar_wait(smem_u32(&full_bar[s]), phase);
                     tc_fence_after();
                     const uint32_t sa = ring + s * Cf::STAGE_BYTES;
@@ -338,29 +410,82 @@ gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_consta
                     umma_commit(smem_u32(&empty_bar[s]));
                     if (++s == STAGES) { s = 0; phase ^= 1; }
                 }
-                umma_commit(smem_u32(&acc_full[b]));   // arrives once every MMA of this tile has completed
+                umma_commit(smem_u32(&acc_full[b]));   // arrives once every MMA of this unit has completed
             }
         }
         __syncwarp();
         if constexpr (SPLIT) { cluster_sync_relaxed(); cluster_sync_relaxed(); }
     } else {
         const int lrow = warp * 32 + lane;                  // tile-local row
-        for (int t = first, j = 0; t < tiles; t += stride, ++j) {
+        for (int u = first, j = 0; u < units; u += stride, ++j) {
+            const Unit w = unit(u);
             const int b = j % ACC_BUFS;
             int m0, n0;
-            tile_origin<BN>(t, tiles_m, tiles_n, m0, n0);
+            tile_origin<BN>(w.tile, tiles_m, tiles_n, m0, n0);
             mbar_wait(smem_u32(&acc_full[b]), (j / ACC_BUFS) & 1);
             __syncwarp();   // tcgen05.ld is .sync.aligned
             tc_fence_after();
             const int row = m0 + lrow;
             const uint32_t trow = tmem_base + (uint32_t(warp * 32) << 16) + uint32_t(b * BN);
             if constexpr (!SPLIT) {
+                // Tail split: tail tile t = w.tile - whole has slabs t * (splits - 1) + q, q < splits - 1 (slice
+                // q's), and counter counters[t]. Rows >= M and 32-column chunks at or past N are neither written nor
+                // read: writer and reader threads own the same rows and skip the same chunks.
+                const int t = w.tile - whole;   // meaningful for slices only
+                if (w.slice >= 0 && w.slice < splits - 1) {
+                    // Not the last slice: the fp32 accumulator into slab w.slice (L2 only: the last slice reads it
+                    // on another SM), then count this slice in.
+                    float4* const mine = slabs + (size_t(t) * (splits - 1) + w.slice) * Cf::SLAB_F4;
+                    for (int c = 0; c < BN; c += 32) {
+                        if (n0 + c >= N) break;   // warp-uniform
+                        uint32_t v[32];
+                        tmem_ld_32x32b_x32(trow + c, v);
+                        if (row < M) {
+#pragma unroll
+                            for (int q = 0; q < 8; ++q)
+                                __stcg(mine + slab_index(lrow, c / 4 + q),
+                                       make_float4(__uint_as_float(v[4 * q + 0]), __uint_as_float(v[4 * q + 1]),
+                                                   __uint_as_float(v[4 * q + 2]), __uint_as_float(v[4 * q + 3])));
+                        }
+                    }
+                    tc_fence_before();
+                    __syncwarp();
+                    if (lane == 0) mbar_arrive(smem_u32(&acc_empty[b]));
+                    // Each thread's slab stores are ordered before the barrier, the barrier before thread 0's
+                    // release: the last slice, acquiring the count, sees all 128 threads' stores.
+                    __threadfence();
+                    epilogue_sync();
+                    if (threadIdx.x == 0) red_release_add(counters + t, 1u);
+                    continue;   // a slice is this CTA's last unit
+                }
+                if (w.slice >= 0) {
+                    // The last slice: wait until the other splits - 1 have counted themselves in (they never wait
+                    // themselves: see unit_of). One thread spins; the barrier carries its acquire to the others.
+                    if (threadIdx.x == 0)
+                        while (ld_acquire(counters + t) != unsigned(splits - 1)) __nanosleep(100);
+                    epilogue_sync();
+                }
                 // Stores of this tile run while the MMA warp fills the other buffer with the next tile.
                 for (int c = 0; c < BN; c += 32) {
                     if (n0 + c >= N) break;   // warp-uniform
                     uint32_t v[32];
                     tmem_ld_32x32b_x32(trow + c, v);
                     if (row < M) {
+                        // The last slice adds the other slices' accumulators, slab 0 first (fixed order:
+                        // deterministic).
+                        for (int p = 0; w.slice >= 0 && p < splits - 1; ++p) {
+                            const float4* const src = slabs + (size_t(t) * (splits - 1) + p) * Cf::SLAB_F4;
+                            float4 a[8];
+#pragma unroll
+                            for (int q = 0; q < 8; ++q) a[q] = __ldcg(src + slab_index(lrow, c / 4 + q));
+#pragma unroll
+                            for (int q = 0; q < 8; ++q) {
+                                v[4 * q + 0] = __float_as_uint(__uint_as_float(v[4 * q + 0]) + a[q].x);
+                                v[4 * q + 1] = __float_as_uint(__uint_as_float(v[4 * q + 1]) + a[q].y);
+                                v[4 * q + 2] = __float_as_uint(__uint_as_float(v[4 * q + 2]) + a[q].z);
+                                v[4 * q + 3] = __float_as_uint(__uint_as_float(v[4 * q + 3]) + a[q].w);
+                            }
+                        }
                         __nv_bfloat16* dst = C + size_t(row) * N + n0 + c;
 #pragma unroll
                         for (int q = 0; q < 4; ++q) {
@@ -382,7 +507,7 @@ gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_consta
                 if (lane == 0) mbar_arrive(smem_u32(&acc_empty[b]));
             } else {
                 // The partial tile reuses the start of the TMA ring. That memory is free here: this CTA's
-                // producer issued exactly kb_end - kb_begin stage loads, the MMA warp waited on the full barrier
+                // producer issued exactly w.kb_end - w.kb_begin stage loads, the MMA warp waited on the full barrier
                 // of every one of them (so no TMA write into the ring is still in flight), and acc_full is
                 // signalled by a tcgen05.commit issued after the last MMA, i.e. once every MMA, and with it every
                 // tensor-core read of the ring, has completed. The proxy fence below orders those async-proxy
@@ -532,9 +657,43 @@ int cluster_capacity(int dev, int sms, int s) {
     return clusters;
 }
 
+// The workspace a tail of `rem` tiles cut `splits` ways needs: counters (rounded up to 256 B), then the slabs.
+template <int BN>
+size_t tail_bytes(long long rem, long long splits) {
+    return (size_t(rem) * sizeof(unsigned) + 255) / 256 * 256 +
+           size_t(rem) * size_t(splits - 1) * Cfg<BN>::PARTIAL_BYTES;
+}
+
+// The tail split's S for a persistent launch of BN-wide tiles (1: none). Only with a ragged last wave after at least
+// one whole one, a 16-B aligned workspace that holds the slabs, and rem x S <= SMs. Price (SM clocks; the H100
+// large kernel's form, B200 guesses: see TAIL_*), one K-block of a tile = STEP = 2 BM BN BK / TAIL_MMA_FLOP_PER_CLK:
+//   whole tiles only : (waves + 1) * kb * STEP
+//   tail split S     : (waves * kb + ceil(kb / S)) * STEP + S * SLAB + TAIL_MEMSET_CLK
+// SLAB = one slab through L2 at TAIL_SLAB_BYTES_PER_CLK; the last slice's critical path after its K-blocks holds
+// about S of them (the others' stores, in parallel, then its S - 1 loads). The cheapest S wins, if cheaper than
+// whole tiles, and never for a launch under the DRAM floor (A, B and C moved once): there the tail is hidden.
+template <int BN>
+int tail_splits(int M, int N, int K, int sms, const void* workspace, size_t workspace_bytes) {
+    const long long tiles = (long long)((M + BM - 1) / BM) * ((N + BN - 1) / BN);
+    const long long waves = tiles / sms, rem = tiles % sms, kb = (K + BK - 1) / BK;
+    if (waves < 1 || rem == 0 || !workspace || (reinterpret_cast<uintptr_t>(workspace) & 15)) return 1;
+    const double step = 2.0 * BM * BN * BK / TAIL_MMA_FLOP_PER_CLK;
+    const double slab = Cfg<BN>::PARTIAL_BYTES / TAIL_SLAB_BYTES_PER_CLK;
+    const double dram = 2.0 * (double(M) * K + double(N) * K + double(M) * N) / TAIL_DRAM_BYTES_PER_CLK;
+    double best = double(waves + 1) * kb * step;
+    if (best <= dram) return 1;
+    int splits = 1;
+    for (long long s = 2; s <= MAX_SPLITS && s * MIN_K_BLOCKS <= kb && rem * s <= sms &&
+                          tail_bytes<BN>(rem, s) <= workspace_bytes; ++s) {
+        const double c = double(waves * kb + (kb + s - 1) / s) * step + s * slab + TAIL_MEMSET_CLK;
+        if (c < best) { best = c; splits = int(s); }
+    }
+    return splits;
+}
+
 template <int BN>
 cudaError_t launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K,
-                   int dev, int sms, cudaStream_t stream) {
+                   void* workspace, size_t workspace_bytes, int dev, int sms, cudaStream_t stream) {
     CUtensorMap tmA, tmB;
     if (!encode_kmajor(&tmA, A, M, K, BM) || !encode_kmajor(&tmB, B, N, K, BN)) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + BM - 1) / BM) * ((N + BN - 1) / BN);
@@ -554,12 +713,26 @@ cudaError_t launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16
         cudaError_t err = cudaFuncSetAttribute(gemm_tcgen05_kernel<BN, false>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg<BN>::SMEM_BYTES);
         if (err != cudaSuccess) return err;
-        const unsigned grid = unsigned(tiles < sms ? tiles : sms);   // persistent: at most one CTA per SM
-        gemm_tcgen05_kernel<BN, false><<<grid, NUM_THREADS, Cfg<BN>::SMEM_BYTES, stream>>>(tmA, tmB, C, M, N, K, 1);
+        // Tail split (tiles >= SMs only): whole = waves * SMs whole tiles, then rem x tail slice units.
+        const int tail = tiles < sms ? 1 : tail_splits<BN>(M, N, K, sms, workspace, workspace_bytes);
+        const long long rem = tail > 1 ? tiles % sms : 0, whole = tiles - rem, units = whole + rem * tail;
+        float4* slabs = nullptr;
+        unsigned* counters = nullptr;
+        if (tail > 1) {   // counters first, the slabs from the next 256 B
+            counters = static_cast<unsigned*>(workspace);
+            slabs = reinterpret_cast<float4*>(static_cast<char*>(workspace) + tail_bytes<BN>(rem, 1));
+            err = cudaMemsetAsync(counters, 0, size_t(rem) * sizeof(unsigned), stream);
+            if (err != cudaSuccess) return err;
+        }
+        // Persistent: at most one CTA per SM. With a tail, units >= whole >= SMs: grid = SMs, as unit_of assumes.
+        const unsigned grid = unsigned(units < sms ? units : sms);
+        gemm_tcgen05_kernel<BN, false><<<grid, NUM_THREADS, Cfg<BN>::SMEM_BYTES, stream>>>(
+            tmA, tmB, C, slabs, counters, M, N, K, int(whole), tail);
         return cudaGetLastError();
     }
     ClusterLaunch<BN> clustered(unsigned(tiles * splits), splits, stream);
-    return cudaLaunchKernelEx(&clustered.config, gemm_tcgen05_kernel<BN, true>, tmA, tmB, C, M, N, K, splits);
+    return cudaLaunchKernelEx(&clustered.config, gemm_tcgen05_kernel<BN, true>, tmA, tmB, C, (float4*)nullptr,
+                              (unsigned*)nullptr, M, N, K, 0, splits);
 }
 
 }  // namespace
@@ -567,8 +740,6 @@ cudaError_t launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16
 extern "C" cudaError_t ptxbench_gemm(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C,
                                      int M, int N, int K, void* workspace, size_t workspace_bytes,
                                      cudaStream_t stream) {
-    (void)workspace;
-    (void)workspace_bytes;
     if (M <= 0 || N <= 0 || K <= 0 || K % 8 != 0 || N % 8 != 0) return cudaErrorInvalidValue;
     // TMA needs 16-B aligned bases (row pitch K*2 is a multiple of 16); the epilogue stores 16 B.
     if ((reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(B) | reinterpret_cast<uintptr_t>(C)) & 15)
@@ -582,6 +753,6 @@ extern "C" cudaError_t ptxbench_gemm(const __nv_bfloat16* A, const __nv_bfloat16
     // 128x256 tiles when they fill the GPU at least once, else 128x128 (small N or small M), split-K across a
     // cluster when even those leave SMs idle.
     const long tiles256 = long((M + BM - 1) / BM) * long((N + 255) / 256);
-    return tiles256 >= sms ? launch<256>(A, B, C, M, N, K, dev, sms, stream)
-                           : launch<128>(A, B, C, M, N, K, dev, sms, stream);
+    return tiles256 >= sms ? launch<256>(A, B, C, M, N, K, workspace, workspace_bytes, dev, sms, stream)
+                           : launch<128>(A, B, C, M, N, K, workspace, workspace_bytes, dev, sms, stream);
 }
