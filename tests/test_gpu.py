@@ -172,14 +172,15 @@ def test_a_triton_candidate_that_launches_a_torch_kernel_fails_check(pipeline: P
     ("task", "m"),
     [
         ("gemm-n5376-k4096", 972),  # 168 tiles: 132 whole, 36 split 3 ways in the same launch (slabs, counters)
-        ("gemm-n5120-k5120", 232),  # 40 tiles, each split 3 ways across a cluster (distributed shared memory)
+        ("gemm-n6144-k4096", 232),  # 48 tiles, each split 2 ways across a cluster (distributed shared memory)
+        ("gemm-n5376-k21504", 232),  # 42 tiles split 3 ways, where 42 clusters of 3 do not fit: a chain of slices
     ],
-    ids=["last-wave-split", "cluster-split"],
+    ids=["last-wave-split", "cluster-split", "chained-split"],
 )
 def test_the_large_gemm_kernels_split_k_passes_every_stage(pipeline: Pipeline, gemm: Family, task: str, m: int) -> None:
-    """The reference's two split-K reductions on the H200 (132 SMs: the launcher picks them at these shapes), every
-    stage: right on every input set and placement, on the rechecked timed runs, and under the sanitizers (their M 200
-    takes the cluster split here too)."""
+    """The reference's three split-K reductions on an H100 or H200 (132 SMs: the launcher picks them at these shapes),
+    every stage: right on every input set and placement, on the rechecked timed runs, and under the sanitizers (their
+    M 200 takes the same split here)."""
     verdicts = _run(pipeline, gemm, REFERENCE_GEMM, task=task, m=m)
     assert {s: v.status for s, v in verdicts.items()} == dict.fromkeys(
         ("build", "inspect", "check", "profile", "sanitize", "time"), Status.PASSED

@@ -15,7 +15,11 @@
 // that its stores run under tensor work and never fill the store queue at once (the 4 B stores of one burst had cost
 // 5-8% at M 8192). When the tiles fill under half the SMs, split-K across a cluster per tile (the BN = 128 kernel's
 // reduction below, the partial tile written into the ring, idle once the last wgmmas have read it; one launch, no
-// workspace). A ragged last wave (e.g. M = 901-972 at N = 5376: 168 tiles, 132 + 36) is split in the same launch where
+// workspace), or, where more slices than fit as clusters pay (clusters are placed whole inside a GPC: on an H100 39
+// clusters of 3 fit, not 132 / 3 = 44; e.g. M = 232 at N = 5376, 42 tiles), split-K by a chain: slice q adds its
+// partial tile to the running sum of slices 0..q-1 and passes it on, row block by row block, the last slice storing C
+// (fixed order: deterministic; the running sum as fp32 bit halves in C and the workspace, a memset node zeroes the
+// counters). A ragged last wave (e.g. M = 901-972 at N = 5376: 168 tiles, 132 + 36) is split in the same launch where
 // the model prefers it: whole waves of whole tiles, then each remaining tile cut into S K-slices on S otherwise idle
 // SMs (36 x 3); slices but the last store their fp32 accumulators in a slab of the workspace and count themselves in
 // the tile's counter (a memset node zeroes the counters: the workspace is garbage on entry); the last slice waits for
@@ -412,6 +416,7 @@ constexpr double RED_CLK_LARGE = 4000.0;        // a cluster split's fixed cost 
 constexpr double RED_CLK_LARGE_SLICE = 2000.0;  // and its cost per slice: each adds a 128 KB partial tile over DSMEM
 constexpr double LAUNCH_CLK = 2000.0;
 constexpr double FIXUP_CLK = 1500.0;      // per slice of a split last-wave tile: a 128 KB slab through L2
+constexpr double CHAIN_CLK = 9000.0;      // per slice of a chained split (fitted on an H100: it pays at K >= 17408)
 constexpr double DRAM_BYTES_PER_CLK = 2000.0;
 
 // The DRAM floor of any plan: A, B and C each moved once.
@@ -475,16 +480,67 @@ __device__ __forceinline__ void tile_origin(int t, int num_m, int num_n, int& m0
     n0 = (r / band_m) * BN;
 }
 
-// Tiles [0, whole) whole; every later tile cut into `splits` K-slices. Two reductions:
-//  * counters null (whole = 0, launched in clusters of `splits`, one slice per CTA): through distributed shared
-//    memory, each CTA's partial tile written into its ring, idle by then (reduce_partials_store);
-//  * a ragged last wave (counters set): slices but the last store their accumulators in a slab and count themselves
+// How a split tile's K-slices are summed (see gemm_bf16_tn_kernel).
+enum Reduce : int { NONE, CLUSTER, SLABS, CHAIN };
+
+constexpr int CHAIN_BLOCKS = 4;   // row blocks of a chained tile, each passed on alone (a counter each)
+
+// Passes row block `b` of one K-slice of a chained split (one slice per CTA, its fp32 partial tile in shared memory as
+// write_partial leaves it) along the tile's chain: slice q > 0 adds the running sum of slices 0..q-1, then passes the
+// sum on or, the last, stores C. Run by the 256 consumer threads once slices 0..q-1 have passed the block. The running
+// sum (rows < M, columns < N) is held as fp32 bit halves: the high halves in the tile's own C, where the last slice's
+// results go, the low halves in the workspace (`low`, row-major M x N), so that it and the counters fit in the task's
+// 4 * M * N bytes. The block's loads are all issued before any is used: one L2 round trip, not one per chunk.
+__device__ __forceinline__ void chain_link(const float* partial, int ct, int b, int slice, int splits, __nv_bfloat16* C,
+                                           uint16_t* low, int m0, int n0, int M, int N) {
+    constexpr int per_row = BN / 4, ITERS = BM / CHAIN_BLOCKS * per_row / 256;
+    uint2 h[ITERS], l[ITERS];
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {   // float4 chunk c: row c / per_row, columns 4 * (c % per_row) .. + 3
+        const int c = b * (BM / CHAIN_BLOCKS) * per_row + ct + 256 * i, r = c / per_row, col = 4 * (c % per_row);
+        const size_t at = (size_t)(m0 + r) * N + n0 + col;   // 8 B aligned: N % 8 == 0, col % 4 == 0
+        h[i] = l[i] = make_uint2(0u, 0u);
+        if (slice > 0 && m0 + r < M && n0 + col < N) {      // N % 8 == 0: a chunk is wholly inside N or outside
+            h[i] = __ldcg(reinterpret_cast<const uint2*>(C + at));
+            l[i] = __ldcg(reinterpret_cast<const uint2*>(low + at));
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+        const int c = b * (BM / CHAIN_BLOCKS) * per_row + ct + 256 * i, r = c / per_row, col = 4 * (c % per_row);
+        if (m0 + r >= M || n0 + col >= N) continue;
+        const size_t at = (size_t)(m0 + r) * N + n0 + col;
+        float4 v = *reinterpret_cast<const float4*>(partial + partial_index<BN>(r, col));
+        v.x += __uint_as_float(__byte_perm(l[i].x, h[i].x, 0x5410));   // zero halves: +0.0f
+        v.y += __uint_as_float(__byte_perm(l[i].x, h[i].x, 0x7632));
+        v.z += __uint_as_float(__byte_perm(l[i].y, h[i].y, 0x5410));
+        v.w += __uint_as_float(__byte_perm(l[i].y, h[i].y, 0x7632));
+        uint2* const hi = reinterpret_cast<uint2*>(C + at);
+        if (slice == splits - 1) {
+            *hi = make_uint2(bf16_pair(v.x, v.y), bf16_pair(v.z, v.w));
+            continue;
+        }
+        const uint32_t x = __float_as_uint(v.x), y = __float_as_uint(v.y);
+        const uint32_t z = __float_as_uint(v.z), w = __float_as_uint(v.w);
+        __stcg(hi, make_uint2(__byte_perm(x, y, 0x7632), __byte_perm(z, w, 0x7632)));
+        __stcg(reinterpret_cast<uint2*>(low + at), make_uint2(__byte_perm(x, y, 0x5410), __byte_perm(z, w, 0x5410)));
+    }
+}
+
+// Tiles [0, whole) whole; every later tile cut into `splits` K-slices, summed by `reduce`:
+//  * CLUSTER (whole = 0, launched in clusters of `splits`, one slice per CTA): through distributed shared memory, each
+//    CTA's partial tile written into its ring, idle by then (reduce_partials_store);
+//  * SLABS (a ragged last wave): slices but the last store their accumulators in a slab (`work`) and count themselves
 //    in the tile's counter (zeroed before the launch); the last waits for the count, adds the slabs in fixed order
-//    (deterministic) and stores the tile.
+//    (deterministic) and stores the tile;
+//  * CHAIN (whole = 0, one slice per CTA, where clusters of `splits` do not all fit at once): row block by row block,
+//    slice q waits until the block's counter reads q, passes the running sum on (chain_link, the low halves in `work`)
+//    and counts itself, so that the slices pass a tile's blocks as a pipeline; a fixed order again. Slice q waits only
+//    on lower slices, which run on lower-numbered CTAs.
 __global__ void __launch_bounds__(THREADS, 1)
 gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
-                    __nv_bfloat16* __restrict__ C, float4* __restrict__ slabs, unsigned* __restrict__ counters,
-                    int M, int N, int K, int whole, int splits) {
+                    __nv_bfloat16* __restrict__ C, void* __restrict__ work, unsigned* __restrict__ counters,
+                    int M, int N, int K, int whole, int splits, Reduce reduce) {
     extern __shared__ uint8_t smem_raw[];
     const uint32_t smem_base = (uint32_t)__cvta_generic_to_shared(smem_raw);
     const uint32_t ring = (smem_base + 1023u) & ~1023u;
@@ -497,7 +553,7 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
     const int num_units = whole + (num_m * num_n - whole) * splits;
     const int k_iters = (K + BK - 1) / BK;
     const int wg = threadIdx.x / 128;
-    const bool cluster = splits > 1 && !counters;
+    const bool cluster = reduce == CLUSTER;
 
     if (threadIdx.x == 0) {
         asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_a)) : "memory");
@@ -583,9 +639,9 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
                 held_row = -1;
             }
 
-            if (counters && w.slice >= 0) {                  // a slice of the last wave's tiles
+            if (reduce == SLABS && w.slice >= 0) {           // a slice of the last wave's tiles
                 const int ct = threadIdx.x - 128, t = w.tile - whole;
-                float4* const mine = slabs + (size_t)t * (splits - 1) * SLAB_F4 + ct;
+                float4* const mine = static_cast<float4*>(work) + (size_t)t * (splits - 1) * SLAB_F4 + ct;
                 if (w.slice < splits - 1) {                  // publish: stores, fence, then count (one thread)
 #pragma unroll
                     for (int i = 0; i < 32; ++i)
@@ -610,66 +666,99 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
                     }
                 }
             }
-            if (w.slice < 0 || counters) {                   // held while the next tile's first k-steps run
+            if (w.slice < 0 || reduce == SLABS) {            // held while the next tile's first k-steps run
                 pack_pieces(acc, held, lane & 3);
                 held_row = m0 + row_in_tile;
                 held_col = n0 + col_in_tile;
                 continue;
             }
-            // A cluster split: this CTA's one unit, reduced below.
+            // A cluster or chained split: this CTA's one unit, reduced below.
         }
         if (held_row >= 0) store_pieces<HELD_PARTS>(C, held, held_row, held_col, M, N, 0, HELD_PARTS);
-        if (cluster) {   // the partial tile into the ring, once both warpgroups' last wgmmas have read it
+        if (cluster || reduce == CHAIN) {   // the partial tile into the ring, once both warpgroups' last wgmmas read it
+            const Unit w = unit_of((int)blockIdx.x, 0, splits, k_iters);   // slice = the rank in a cluster
+            const int ct = threadIdx.x - 128;
             int m0, n0;
-            tile_origin((int)blockIdx.x / splits, num_m, num_n, m0, n0);
+            tile_origin(w.tile, num_m, num_n, m0, n0);
             consumers_sync();
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the ring was last the async proxy's
             float* const partial = reinterpret_cast<float*>(smem_raw + (ring - smem_base));
             write_partial<BN>(partial, acc, row_in_tile, 2 * (lane & 3));
-            reduce_partials_store<BM, BN, 256>(ring, (int)cluster_ctarank(), splits, (int)threadIdx.x - 128, C, m0, n0,
-                                               M, N);
+            if (cluster) {
+                reduce_partials_store<BM, BN, 256>(ring, w.slice, splits, ct, C, m0, n0, M, N);
+            } else {
+                unsigned* const count = counters + (size_t)w.tile * CHAIN_BLOCKS;
+                consumers_sync();   // the whole partial tile written
+                for (int b = 0; b < CHAIN_BLOCKS; ++b) {
+                    if (w.slice > 0) {                      // the running sum of slices 0..q-1 there
+                        if (ct == 0)
+                            while (ld_acquire(count + b) != (unsigned)w.slice) __nanosleep(32);
+                        consumers_sync();
+                    }
+                    chain_link(partial, ct, b, w.slice, splits, C, static_cast<uint16_t*>(work), m0, n0, M, N);
+                    if (w.slice < splits - 1) {             // publish: stores, fence, then count (one thread)
+                        __threadfence();
+                        consumers_sync();
+                        if (ct == 0) red_release_add(count + b, 1u);
+                    }
+                }
+            }
         }
     }
 }
 
 long long tile_count(int M, int N) { return (long long)((M + BM - 1) / BM) * ((N + BN - 1) / BN); }
 
-// How the kernel covers C (see gemm_bf16_tn_kernel): tiles [0, whole) whole, the rest cut into `splits` K-slices,
-// reduced through slabs and counters (tail) or through distributed shared memory (whole = 0, a cluster per tile).
+// How the kernel covers C (see gemm_bf16_tn_kernel): tiles [0, whole) whole, the rest cut into `splits` K-slices
+// summed by `reduce`.
 struct Plan {
     long long whole = 0, splits = 1;
-    bool tail = false;
+    Reduce reduce = NONE;
     double cost = 1e300;
 };
 
+size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
 // The workspace a tail of `rem` tiles cut `splits` ways needs: counters (256 B aligned), then the slabs.
 size_t tail_bytes(long long rem, long long splits) {
-    return ((size_t)rem * sizeof(unsigned) + 255) / 256 * 256 + (size_t)rem * (splits - 1) * SLAB_F4 * sizeof(float4);
+    return align256((size_t)rem * sizeof(unsigned)) + (size_t)rem * (splits - 1) * SLAB_F4 * sizeof(float4);
+}
+
+// The workspace a chained split needs: the running sum's low halves (M x N u16, 256 B aligned), then the counters.
+size_t chain_bytes(int M, int N, long long tiles) {
+    return align256((size_t)M * N * sizeof(uint16_t)) + (size_t)tiles * CHAIN_BLOCKS * sizeof(unsigned);
 }
 
 ClusterFit fit{reinterpret_cast<const void*>(gemm_bf16_tn_kernel), THREADS, SMEM_BYTES};
 
-// Every tile split across a cluster when the tiles fill under half the SMs; otherwise whole waves of whole tiles
-// and, where cheaper and the workspace holds the slabs, the ragged last wave's tiles split across the idle SMs.
+// Every tile split when the tiles fill under half the SMs: across a cluster, or by a chain where it gets more slices
+// (clusters are placed whole in a GPC, so fewer fit than SMs / splits); otherwise whole waves of whole tiles and,
+// where cheaper and the workspace holds the slabs, the ragged last wave's tiles split across the idle SMs.
 // No workspace (the row split's head): whole tiles only.
 Plan plan(int dev, int M, int N, int K, int sms, const void* workspace, size_t workspace_bytes) {
     const long long tiles = tile_count(M, N), k_iters = (K + BK - 1) / BK;
     long long most = k_iters / MIN_K_ITERS;
     if (most > MAX_SPLITS) most = MAX_SPLITS;
     const double dram = dram_clk(M, N, K);
+    const bool aligned = workspace && !(reinterpret_cast<uintptr_t>(workspace) & 15);
     Plan p;
     p.whole = tiles;
     p.cost = (double)((tiles + sms - 1) / sms) * k_iters * STEP_CLK_LARGE;
     if (workspace && 2 * tiles <= sms) {
         const int s = fit.split(dev, sms, tiles, (int)(most < MAX_CLUSTER ? most : MAX_CLUSTER));
         const double c = (double)((k_iters + s - 1) / s) * STEP_CLK_LARGE + RED_CLK_LARGE + RED_CLK_LARGE_SLICE * s;
-        if (s > 1 && c < p.cost) p = Plan{0, s, false, c};
-    } else if (workspace && !(reinterpret_cast<uintptr_t>(workspace) & 15) && tiles % sms > 0) {
+        if (s > 1 && c < p.cost) p = Plan{0, s, CLUSTER, c};
+        for (long long s = 2; aligned && s <= most && tiles * s <= sms && chain_bytes(M, N, tiles) <= workspace_bytes;
+             ++s) {
+            const double c = (double)((k_iters + s - 1) / s) * STEP_CLK_LARGE + CHAIN_CLK * s + LAUNCH_CLK;
+            if (c < p.cost) p = Plan{0, s, CHAIN, c};
+        }
+    } else if (aligned && tiles % sms > 0) {
         const long long rem = tiles % sms, waves = tiles / sms;
         for (long long s = 2; s <= most && rem * s <= sms && tail_bytes(rem, s) <= workspace_bytes; ++s) {
             const double c = (double)(waves * k_iters + (k_iters + s - 1) / s) * STEP_CLK_LARGE + FIXUP_CLK * s +
                              LAUNCH_CLK;
-            if (c < p.cost && p.cost > dram) p = Plan{tiles - rem, s, true, c};   // never for a DRAM-bound launch
+            if (c < p.cost && p.cost > dram) p = Plan{tiles - rem, s, SLABS, c};   // never for a DRAM-bound launch
         }
     }
     if (p.cost < dram) p.cost = dram;
@@ -688,23 +777,29 @@ cudaError_t launch(int dev, const __nv_bfloat16* A, const __nv_bfloat16* B, __nv
         return cudaErrorInvalidValue;
     const Plan p = plan(dev, M, N, K, sms, workspace, workspace_bytes);
     const long long rem = tile_count(M, N) - p.whole, units = p.whole + rem * p.splits;
-    float4* slabs = nullptr;
+    void* work = nullptr;
     unsigned* counters = nullptr;
-    if (p.tail) {                                    // counters first, the slabs from the next 256 B
+    if (p.reduce == SLABS) {                         // counters first, the slabs from the next 256 B
         counters = static_cast<unsigned*>(workspace);
-        slabs = reinterpret_cast<float4*>(static_cast<char*>(workspace) + tail_bytes(rem, 1));
-        const cudaError_t err = cudaMemsetAsync(counters, 0, (size_t)rem * sizeof(unsigned), stream);
+        work = static_cast<char*>(workspace) + tail_bytes(rem, 1);
+    } else if (p.reduce == CHAIN) {                  // the low halves first, the counters from the next 256 B
+        work = workspace;
+        counters = reinterpret_cast<unsigned*>(static_cast<char*>(workspace) + chain_bytes(M, N, 0));
+    }
+    if (counters) {
+        const size_t count = (size_t)rem * (p.reduce == CHAIN ? CHAIN_BLOCKS : 1);
+        const cudaError_t err = cudaMemsetAsync(counters, 0, count * sizeof(unsigned), stream);
         if (err != cudaSuccess) return err;
     }
     cudaLaunchConfig_t config = {};
-    config.gridDim = dim3((unsigned)(units < sms ? units : sms), 1, 1);   // a cluster split: units <= sms
+    config.gridDim = dim3((unsigned)(units < sms ? units : sms), 1, 1);   // a cluster or chained split: units <= sms
     config.blockDim = dim3(THREADS, 1, 1);
     config.dynamicSmemBytes = SMEM_BYTES;
     config.stream = stream;
     cudaLaunchAttribute attribute;
-    set_cluster(config, attribute, p.tail ? 1 : (int)p.splits);
-    return cudaLaunchKernelEx(&config, gemm_bf16_tn_kernel, tmap_a, tmap_b, C, slabs, counters, M, N, K,
-                              (int)p.whole, (int)p.splits);
+    set_cluster(config, attribute, p.reduce == CLUSTER ? (int)p.splits : 1);
+    return cudaLaunchKernelEx(&config, gemm_bf16_tn_kernel, tmap_a, tmap_b, C, work, counters, M, N, K,
+                              (int)p.whole, (int)p.splits, p.reduce);
 }
 
 }  // namespace large
@@ -969,10 +1064,11 @@ Part price(int dev, int sms, int row0, int rows, int N, int K, const void* works
     p.narrow = narrow_choice(dev, sms, rows, N, K);
     if (!single || p.narrow.plan.tail_tiles == 0) p.cost = p.narrow.plan.cost;
     // At N <= 256 a 256-wide tile would waste MMA work and B traffic the model does not see. A tie (both at the
-    // DRAM floor) goes to the large kernel, but for its cluster split: the BN = 128 kernel measured faster there.
+    // DRAM floor) goes to the large kernel, but for a split of every tile: the BN = 128 kernel measured faster than its
+    // cluster split there (the chained split is unmeasured against it: kept to the measured side).
     if (N > 256) {
         const large::Plan q = large::plan(dev, rows, N, K, sms, workspace, workspace_bytes);
-        if (q.cost < p.cost || (q.cost == p.cost && (q.tail || q.splits == 1))) {
+        if (q.cost < p.cost || (q.cost == p.cost && (q.reduce == large::NONE || q.reduce == large::SLABS))) {
             p.large = true;
             p.cost = q.cost;
         }
@@ -989,6 +1085,45 @@ cudaError_t run(int dev, const Part& p, const __nv_bfloat16* A, const __nv_bfloa
                          : narrow::PathA::run(p.narrow.plan, A, B, C, p.rows, N, K, stream);
 }
 
+// The launcher's choice for one call: the whole of C by one kernel (head.rows == 0), or a head of whole 128-row
+// large tiles (no split-K) that leaves the ragged last wave's rows to a second launch of either kernel (`rest`, each
+// part priced alone).
+struct Schedule {
+    Part head, rest;
+};
+
+Schedule schedule(int dev, int sms, int M, int N, int K, const void* workspace, size_t workspace_bytes) {
+    Schedule best{Part{}, price(dev, sms, 0, M, N, K, workspace, workspace_bytes, false)};
+    double best_cost = best.rest.cost;
+    for (int h = large::BM; N > 256 && h < M; h += large::BM) {
+        const Part r = price(dev, sms, h, M - h, N, K, workspace, workspace_bytes, true);
+        const double c = large::cost(dev, h, N, K, sms, nullptr, 0) + LAUNCH_CLK + r.cost;
+        if (c < best_cost) {
+            best_cost = c;
+            best = Schedule{Part{0, h, true}, r};
+        }
+    }
+    return best;
+}
+
+// The device, its SM count, and the kernels' shared-memory sizes (the occupancy queries behind the cluster plans need
+// them set first).
+cudaError_t prepare(int& dev, int& sms) {
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err != cudaSuccess) return err;
+    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (err != cudaSuccess) return err;
+    if (sms < 1) sms = 1;
+    err = cudaFuncSetAttribute(large::gemm_bf16_tn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)large::SMEM_BYTES);
+    if (err != cudaSuccess) return err;
+    err = cudaFuncSetAttribute(narrow::PathA::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)narrow::PathA::G::SMEM_BYTES);
+    if (err != cudaSuccess) return err;
+    return cudaFuncSetAttribute(narrow::PathB::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)narrow::PathB::G::SMEM_BYTES);
+}
+
 }  // namespace
 
 extern "C" cudaError_t ptxbench_gemm(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N,
@@ -999,38 +1134,12 @@ extern "C" cudaError_t ptxbench_gemm(const __nv_bfloat16* A, const __nv_bfloat16
         (reinterpret_cast<uintptr_t>(C) & 15))
         return cudaErrorInvalidValue;
     int dev = 0, sms = 0;
-    cudaError_t err = cudaGetDevice(&dev);
+    cudaError_t err = prepare(dev, sms);
     if (err != cudaSuccess) return err;
-    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (err != cudaSuccess) return err;
-    if (sms < 1) sms = 1;
-    // The occupancy queries behind the cluster plans need the kernels' shared-memory size set first.
-    err = cudaFuncSetAttribute(large::gemm_bf16_tn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)large::SMEM_BYTES);
-    if (err != cudaSuccess) return err;
-    err = cudaFuncSetAttribute(narrow::PathA::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)narrow::PathA::G::SMEM_BYTES);
-    if (err != cudaSuccess) return err;
-    err = cudaFuncSetAttribute(narrow::PathB::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)narrow::PathB::G::SMEM_BYTES);
-    if (err != cudaSuccess) return err;
-
-    // The whole of C by one kernel, or a head of whole 128-row large tiles (no split-K) that leaves the ragged last
-    // wave's rows to a second launch of either kernel, each part priced alone.
-    const Part whole = price(dev, sms, 0, M, N, K, workspace, workspace_bytes, false);
-    Part head, rest;  // head.rows == 0: none
-    double best = whole.cost;
-    for (int h = large::BM; N > 256 && h < M; h += large::BM) {
-        const Part r = price(dev, sms, h, M - h, N, K, workspace, workspace_bytes, true);
-        const double c = large::cost(dev, h, N, K, sms, nullptr, 0) + LAUNCH_CLK + r.cost;
-        if (c < best) {
-            best = c;
-            head = Part{0, h, true};
-            rest = r;
-        }
+    const Schedule s = schedule(dev, sms, M, N, K, workspace, workspace_bytes);
+    if (s.head.rows > 0) {
+        err = run(dev, s.head, A, B, C, N, K, nullptr, 0, sms, stream);
+        if (err != cudaSuccess) return err;
     }
-    if (head.rows == 0) return run(dev, whole, A, B, C, N, K, workspace, workspace_bytes, sms, stream);
-    err = run(dev, head, A, B, C, N, K, nullptr, 0, sms, stream);
-    if (err != cudaSuccess) return err;
-    return run(dev, rest, A, B, C, N, K, workspace, workspace_bytes, sms, stream);
+    return run(dev, s.rest, A, B, C, N, K, workspace, workspace_bytes, sms, stream);
 }
