@@ -47,7 +47,17 @@
 // GPU (tiles >= SMs), or that no split >= 2 fits, take the persistent launch. Split launches use the same
 // kernel (template flag SPLIT): one tile per CTA, one BN-column accumulator.
 //
-// Tail split (the H100 reference large kernel's, carried over; the only use of `workspace`): when the
+// Chained split (the H100 reference large kernel's, carried over): clusters are placed whole inside a GPC, so fewer
+// clusters of S fit than SMs / S. Where more slices pay than fit as clusters (priced by chain_splits; e.g. 42 tiles
+// at M = 232, N = 5376, where 42 clusters of 3 did not fit on an H100), the same SPLIT kernel runs tiles x S CTAs
+// with no cluster: CTA b takes slice b % S of tile b / S. Each writes its partial tile into its ring as above, then,
+// 32-row block by block, waits (ld.acquire.gpu) until the block's counter reads its slice q, adds the running sum of
+// slices 0..q-1 and passes it on (red.release.gpu), the last slice storing C: a fixed order, deterministic. The
+// running sum is kept as fp32 bit halves, the high halves in the tile's own C (where the last slice's results go),
+// the low halves in the workspace, so that it and the counters fit the task's 4 * M * N bytes; cudaMemsetAsync
+// zeroes the counters. Slice q waits only on lower slices, on lower-numbered CTAs, all resident (tiles x S <= SMs).
+//
+// Tail split (the H100 reference large kernel's, carried over; `workspace` as slabs and counters): when the
 // persistent launch's tiles fill at least one wave but leave a ragged last one (tiles >= SMs, rem =
 // tiles % SMs > 0, e.g. M = 901-972 at N = 5376: 168 tiles = 148 + 20), the same launch runs the whole waves
 // of whole tiles, then cuts each of the rem last tiles into S K-slices on otherwise idle SMs (rem x S <= SMs,
@@ -75,6 +85,7 @@ constexpr int NUM_THREADS = 192;      // 4 epilogue warps + TMA warp + MMA warp
 constexpr int PIPE_BYTES = 192 * 1024;
 constexpr int RASTER_GROUP = 16;      // M-tiles per raster group (L2 reuse of B tiles)
 constexpr int MAX_SPLITS = 8;         // portable cluster size; also the most K-slices of a tail tile
+constexpr int MAX_CHAIN = 16;         // the most K-slices of a chained tile
 constexpr int MIN_K_BLOCKS = 4;       // least K-blocks per split-K slice
 constexpr int MAX_DEVICES = 64;       // cluster-capacity cache entries
 // Tail-split pricing (see tail_splits), SM clocks. Guesses from datasheet rates, NOT fitted: no B200 has run this
@@ -84,6 +95,11 @@ constexpr double TAIL_MMA_FLOP_PER_CLK = 8192.0;    // dense bf16 per SM: ~2.25 
 constexpr double TAIL_SLAB_BYTES_PER_CLK = 64.0;    // one SM's slab stores or loads through L2
 constexpr double TAIL_MEMSET_CLK = 2000.0;          // the counters' memset node (the H100 model's LAUNCH_CLK)
 constexpr double TAIL_DRAM_BYTES_PER_CLK = 4000.0;  // ~8 TB/s / ~1.9 GHz: a launch below this floor is not split
+// Chained-split pricing (see chain_splits): the H100 model's fitted per-slice costs (9000 clk a chain link and 2000 a
+// cluster slice, for a 128 KB tile) halved for the 64 KB tile of a split launch here. Guesses, NOT fitted.
+constexpr double CHAIN_SLICE_CLK = 4500.0;
+constexpr double CLUSTER_SLICE_CLK = 1000.0;
+constexpr int CHAIN_BLOCKS = BM / 32;               // 32-row blocks of a chained tile, a counter each
 
 template <int BN>
 struct Cfg {
@@ -297,18 +313,63 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* counter) {
     return v;
 }
 
+// ---- chained split: the running sum in C and the workspace ----
+// Passes 32-row block `blk` of K-slice `slice` of a chained tile on (see the header), by the 128 epilogue threads
+// (`et`) once slices 0..slice-1 have passed it: the slice's partial tile (in `partial`, partial_chunk layout) plus the
+// running sum of slices 0..slice-1, stored as the next running sum or, by the last slice, as C. The running sum
+// (rows < M, columns < N) is held as fp32 bit halves: the high halves in C, the low halves in `low` (row-major
+// M x N). Every load of the block is issued before any is used: one L2 round trip, not one per chunk.
+template <int BN>
+__device__ __forceinline__ void chain_link(const float4* partial, int et, int blk, int slice, int splits,
+                                           __nv_bfloat16* C, uint16_t* low, int m0, int n0, int M, int N) {
+    constexpr int CPR = BN / 4, ITERS = 32 * CPR / 128;   // float4 chunks per row; per thread in a block
+    uint2 h[ITERS], l[ITERS];
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {   // chunk q: row q / CPR, columns 4 * (q % CPR) .. + 3
+        const int q = blk * 32 * CPR + et + 128 * i, r = q / CPR, col = 4 * (q % CPR);
+        const size_t at = size_t(m0 + r) * N + n0 + col;   // 8 B aligned: N % 8 == 0, col % 4 == 0
+        h[i] = l[i] = make_uint2(0u, 0u);
+        if (slice > 0 && m0 + r < M && n0 + col < N) {     // N % 8 == 0: a chunk is wholly inside N or outside
+            h[i] = __ldcg(reinterpret_cast<const uint2*>(C + at));
+            l[i] = __ldcg(reinterpret_cast<const uint2*>(low + at));
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+        const int q = blk * 32 * CPR + et + 128 * i, r = q / CPR, col = 4 * (q % CPR);
+        if (m0 + r >= M || n0 + col >= N) continue;
+        const size_t at = size_t(m0 + r) * N + n0 + col;
+        float4 v = partial[partial_chunk<BN>(r, q % CPR)];
+        v.x += __uint_as_float(__byte_perm(l[i].x, h[i].x, 0x5410));   // zero halves: +0.0f
+        v.y += __uint_as_float(__byte_perm(l[i].x, h[i].x, 0x7632));
+        v.z += __uint_as_float(__byte_perm(l[i].y, h[i].y, 0x5410));
+        v.w += __uint_as_float(__byte_perm(l[i].y, h[i].y, 0x7632));
+        const uint32_t x = __float_as_uint(v.x), y = __float_as_uint(v.y);
+        const uint32_t z = __float_as_uint(v.z), w = __float_as_uint(v.w);
+        uint2* const hi = reinterpret_cast<uint2*>(C + at);
+        if (slice == splits - 1) {
+            *hi = make_uint2(pack_bf16x2(x, y), pack_bf16x2(z, w));
+            continue;
+        }
+        __stcg(hi, make_uint2(__byte_perm(x, y, 0x7632), __byte_perm(z, w, 0x7632)));
+        __stcg(reinterpret_cast<uint2*>(low + at), make_uint2(__byte_perm(x, y, 0x5410), __byte_perm(z, w, 0x5410)));
+    }
+}
+
 // SPLIT == false: ordinary launch, persistent: CTA b takes units b, b + gridDim.x, ... (unit_of), the
 //                 accumulator double-buffered in TMEM. No tail: whole = tiles, splits = 1 (slabs and counters
 //                 unused). Tail split: whole = waves * gridDim.x, the tiles after it cut into `splits` K-slices,
 //                 reduced through `slabs` and `counters` (zeroed before the launch).
-// SPLIT == true:  cluster launch of (splits, 1, 1), gridDim.x == tiles * splits: cluster c takes tile c, its CTA
-//                 of rank r the K-blocks [r * num_kb / splits, (r + 1) * num_kb / splits) (never empty: the
-//                 launcher keeps splits <= num_kb / MIN_K_BLOCKS), one accumulator. slabs, counters, whole unused.
+// SPLIT == true:  gridDim.x == tiles * splits, CTA b takes tile b / splits and its K-slice of rank r = b % splits,
+//                 the K-blocks [r * num_kb / splits, (r + 1) * num_kb / splits) (never empty: the launcher keeps
+//                 splits <= num_kb / MIN_K_BLOCKS), one accumulator; whole unused. Summed across a cluster launch of
+//                 (splits, 1, 1) (chain false: b / splits is the cluster, r its rank; work, counters unused) or by a
+//                 chain (chain true: the low halves in `work`, counters zeroed before the launch).
 template <int BN, bool SPLIT>
 __global__ void __launch_bounds__(NUM_THREADS, 1)
 gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                    __nv_bfloat16* __restrict__ C, float4* __restrict__ slabs, unsigned* __restrict__ counters,
-                    int M, int N, int K, int whole, int splits) {
+                    __nv_bfloat16* __restrict__ C, void* __restrict__ work, unsigned* __restrict__ counters,
+                    int M, int N, int K, int whole, int splits, bool chain) {
     using Cf = Cfg<BN>;
     constexpr int STAGES = Cf::STAGES;
     constexpr int ACC_BUFS = SPLIT ? 1 : 2;
@@ -326,13 +387,14 @@ gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_consta
     const int warp = threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
 
-    const int rank = SPLIT ? int(cluster_ctarank()) : 0;
+    float4* const slabs = static_cast<float4*>(work);   // a tail split's
+    const int rank = SPLIT ? (chain ? int(blockIdx.x) % splits : int(cluster_ctarank())) : 0;
     const int tiles_m = (M + BM - 1) / BM;
     const int tiles_n = (N + BN - 1) / BN;
     const int tiles = tiles_m * tiles_n;
-    // Split: unit u = tile u, of which this CTA takes exactly one (its cluster's) and the K-slice `rank`.
+    // Split: unit u = tile u, of which this CTA takes exactly one and the K-slice `rank`.
     const int units = SPLIT ? tiles : whole + (tiles - whole) * splits;
-    const int first = SPLIT ? int(cluster_id_x()) : int(blockIdx.x);
+    const int first = SPLIT ? (chain ? int(blockIdx.x) / splits : int(cluster_id_x())) : int(blockIdx.x);
     const int stride = SPLIT ? tiles : int(gridDim.x);
     const int num_kb = (K + BK - 1) / BK;
     // All three roles derive the same unit sequence from this.
@@ -385,7 +447,7 @@ gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_consta
         }
         __syncwarp();
         // Both cluster barriers of the reduction count every thread of the cluster.
-        if constexpr (SPLIT) { cluster_sync_relaxed(); cluster_sync_relaxed(); }
+        if (SPLIT && !chain) { cluster_sync_relaxed(); cluster_sync_relaxed(); }
     } else if (warp == 5) {
         if (lane == 0) {
             int s = 0;
@@ -414,7 +476,7 @@ gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_consta
             }
         }
         __syncwarp();
-        if constexpr (SPLIT) { cluster_sync_relaxed(); cluster_sync_relaxed(); }
+        if (SPLIT && !chain) { cluster_sync_relaxed(); cluster_sync_relaxed(); }
     } else {
         const int lrow = warp * 32 + lane;                  // tile-local row
         for (int u = first, j = 0; u < units; u += stride, ++j) {
@@ -526,6 +588,25 @@ gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_consta
                         partial[partial_chunk<BN>(lrow, c / 4 + j)] =
                             make_float4(__uint_as_float(v[4 * j + 0]), __uint_as_float(v[4 * j + 1]),
                                         __uint_as_float(v[4 * j + 2]), __uint_as_float(v[4 * j + 3]));
+                }
+                if (chain) {   // block by block: wait for slices 0..rank-1, add, pass on (one thread counts)
+                    unsigned* const count = counters + size_t(w.tile) * CHAIN_BLOCKS;
+                    epilogue_sync();   // the whole partial tile written
+                    for (int blk = 0; blk < CHAIN_BLOCKS; ++blk) {
+                        if (rank > 0) {
+                            if (threadIdx.x == 0)
+                                while (ld_acquire(count + blk) != unsigned(rank)) __nanosleep(32);
+                            epilogue_sync();
+                        }
+                        chain_link<BN>(partial, int(threadIdx.x), blk, rank, splits, C, static_cast<uint16_t*>(work),
+                                       m0, n0, M, N);
+                        if (rank < splits - 1) {   // publish: stores, fence, barrier, then count
+                            __threadfence();
+                            epilogue_sync();
+                            if (threadIdx.x == 0) red_release_add(count + blk, 1u);
+                        }
+                    }
+                    break;
                 }
                 cluster_sync_release_acquire();   // every CTA's partial tile is complete and visible cluster-wide
 
@@ -691,6 +772,34 @@ int tail_splits(int M, int N, int K, int sms, const void* workspace, size_t work
     return splits;
 }
 
+// The workspace a chained split needs: the running sum's low halves (M x N u16, rounded up to 256 B), then the
+// counters.
+size_t chain_bytes(int M, int N, long long tiles) {
+    return (size_t(M) * N * sizeof(uint16_t) + 255) / 256 * 256 + size_t(tiles) * CHAIN_BLOCKS * sizeof(unsigned);
+}
+
+// The chained split's S (1: none) for `tiles` BN-wide tiles whose cluster split takes `cluster` slices (1: none
+// fits): the cheapest S in (cluster, MAX_CHAIN] with tiles x S <= SMs and >= MIN_K_BLOCKS K-blocks a slice, if
+// cheaper than the cluster split and a 16-B aligned workspace holds the low halves and the counters. Price (SM
+// clocks, the H100 large kernel's form; guesses, see CHAIN_SLICE_CLK), a slice's K-blocks at STEP (as in
+// tail_splits) each, plus S x CLUSTER_SLICE_CLK for a cluster split or S x CHAIN_SLICE_CLK + TAIL_MEMSET_CLK for a
+// chain.
+template <int BN>
+int chain_splits(int M, int N, long long tiles, int cluster, int K, int sms, const void* workspace,
+                 size_t workspace_bytes) {
+    if (!workspace || (reinterpret_cast<uintptr_t>(workspace) & 15) || chain_bytes(M, N, tiles) > workspace_bytes)
+        return 1;
+    const long long kb = (K + BK - 1) / BK;
+    const double step = 2.0 * BM * BN * BK / TAIL_MMA_FLOP_PER_CLK;
+    double best = double((kb + cluster - 1) / cluster) * step + (cluster > 1 ? cluster * CLUSTER_SLICE_CLK : 0.0);
+    int splits = 1;
+    for (long long s = cluster + 1; s <= MAX_CHAIN && s * MIN_K_BLOCKS <= kb && tiles * s <= sms; ++s) {
+        const double c = double((kb + s - 1) / s) * step + s * CHAIN_SLICE_CLK + TAIL_MEMSET_CLK;
+        if (c < best) { best = c; splits = int(s); }
+    }
+    return splits;
+}
+
 template <int BN>
 cudaError_t launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K,
                    void* workspace, size_t workspace_bytes, int dev, int sms, cudaStream_t stream) {
@@ -698,8 +807,8 @@ cudaError_t launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16
     if (!encode_kmajor(&tmA, A, M, K, BM) || !encode_kmajor(&tmB, B, N, K, BN)) return cudaErrorInvalidValue;
     const long long tiles = (long long)((M + BM - 1) / BM) * ((N + BN - 1) / BN);
     // Split-K only while the tiles leave SMs idle: the largest S in [2, most] whose tiles x S CTAs fit in one
-    // wave, as clusters of S; S = 1 (the persistent launch) otherwise.
-    int splits = 1;
+    // wave, as clusters of S, or a chain of more slices where that pays; S = 1 (the persistent launch) otherwise.
+    int splits = 1, chained = 1;
     if (tiles < sms) {
         cudaError_t err = cudaFuncSetAttribute(gemm_tcgen05_kernel<BN, true>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg<BN>::SMEM_BYTES);
@@ -708,6 +817,15 @@ cudaError_t launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16
         if (most > MAX_SPLITS) most = MAX_SPLITS;
         for (int s = most; s >= 2; --s)
             if (tiles * s <= sms && tiles <= cluster_capacity<BN>(dev, sms, s)) { splits = s; break; }
+        chained = chain_splits<BN>(M, N, tiles, splits, K, sms, workspace, workspace_bytes);
+    }
+    if (chained > 1) {   // the low halves first, the counters from the next 256 B
+        unsigned* const counters = reinterpret_cast<unsigned*>(static_cast<char*>(workspace) + chain_bytes(M, N, 0));
+        cudaError_t err = cudaMemsetAsync(counters, 0, size_t(tiles) * CHAIN_BLOCKS * sizeof(unsigned), stream);
+        if (err != cudaSuccess) return err;
+        gemm_tcgen05_kernel<BN, true><<<unsigned(tiles * chained), NUM_THREADS, Cfg<BN>::SMEM_BYTES, stream>>>(
+            tmA, tmB, C, workspace, counters, M, N, K, 0, chained, true);
+        return cudaGetLastError();
     }
     if (splits == 1) {
         cudaError_t err = cudaFuncSetAttribute(gemm_tcgen05_kernel<BN, false>,
@@ -727,12 +845,12 @@ cudaError_t launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16
         // Persistent: at most one CTA per SM. With a tail, units >= whole >= SMs: grid = SMs, as unit_of assumes.
         const unsigned grid = unsigned(units < sms ? units : sms);
         gemm_tcgen05_kernel<BN, false><<<grid, NUM_THREADS, Cfg<BN>::SMEM_BYTES, stream>>>(
-            tmA, tmB, C, slabs, counters, M, N, K, int(whole), tail);
+            tmA, tmB, C, slabs, counters, M, N, K, int(whole), tail, false);
         return cudaGetLastError();
     }
     ClusterLaunch<BN> clustered(unsigned(tiles * splits), splits, stream);
-    return cudaLaunchKernelEx(&clustered.config, gemm_tcgen05_kernel<BN, true>, tmA, tmB, C, (float4*)nullptr,
-                              (unsigned*)nullptr, M, N, K, 0, splits);
+    return cudaLaunchKernelEx(&clustered.config, gemm_tcgen05_kernel<BN, true>, tmA, tmB, C, (void*)nullptr,
+                              (unsigned*)nullptr, M, N, K, 0, splits, false);
 }
 
 }  // namespace
