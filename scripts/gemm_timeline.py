@@ -38,7 +38,7 @@ struct ExitProbe {   // the consumer's exit, whichever way it leaves the kernel
 };
 """
 
-# (namespace, the line after which a probe goes, the probe). `FIRST` is the kernel's test for the CTA's first unit.
+# (the line after which a probe goes in each kernel, the probe). `FIRST` is the kernel's test for the CTA's first unit.
 HOOKS = (
     ("extern __shared__ uint8_t smem_raw[];", "    ExitProbe exit_probe;"),
     (
