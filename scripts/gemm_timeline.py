@@ -8,7 +8,8 @@ warm), and prints one line per run: how many CTAs, the median time per 8 k-steps
 data to the last unit's last k-step) and of what follows them (stores, a split's reduction), the span, and the SMs
 of the four slowest main loops. A spec is KIND:MxNxK, KIND one of
   narrow        the BN = 128 kernel with 128-row tiles, as its cost model splits it
-  narrow-whole  the same, whole tiles only (no split-K)
+  narrow-whole  the same, whole tiles only (no split-K, no multicast pairs)
+  narrow-pairs  whole tiles in clusters of two that multicast their shared A rows (where they apply)
   large         the 128x256 kernel, as its cost model plans it with the task's 4*M*N bytes of workspace
   large-whole   the same with no workspace (whole tiles only)
 e.g. `python3 scripts/gemm_timeline.py narrow:901x2048x4096 large:901x2048x4096 large-whole:901x2048x4096`."""
@@ -85,6 +86,7 @@ int main(int argc, char** argv) {
         int M, N, K;
         if (sscanf(argv[a], "%31[^:]:%dx%dx%d", kind, &M, &N, &K) != 4) return 2;
         const bool large_kernel = !strncmp(kind, "large", 5), whole = strstr(kind, "whole") != nullptr;
+        const bool pairs = !strcmp(kind, "narrow-pairs");
         __nv_bfloat16 *A, *B, *C;
         void* ws = nullptr;
         const size_t ws_bytes = whole ? 0 : 4ull * M * N;
@@ -95,9 +97,16 @@ int main(int argc, char** argv) {
         fill<<<1024, 256>>>(A, (size_t)M * K);
         fill<<<1024, 256>>>(B, (size_t)N * K);
         narrow::Plan np = narrow::PathB::plan(dev, sms, M, N, K, STEP_CLK_B, RED_CLK_B);
-        if (whole) {
+        if (whole || pairs) {
             const int tiles = ((M + 127) / 128) * ((N + 127) / 128);
-            np = narrow::Plan{tiles, 1, tiles < sms ? tiles : sms, 0, 1, 0.0};
+            np = narrow::Plan{};
+            np.head_tiles = tiles;
+            np.head_grid = tiles < sms ? tiles : sms;
+            np.pair = pairs && narrow::PathB::pairs(dev, sms, tiles, (N + 127) / 128, np.head_grid);
+            if (pairs && !np.pair) {
+                printf("%s: no multicast pairs at this shape\n", argv[a]);
+                continue;
+            }
         }
         if (!large_kernel && np.tail_tiles) {   // two launches would write the same CTAs' stamps
             printf("%s: the BN = 128 plan here is two launches; time narrow-whole instead\n", argv[a]);

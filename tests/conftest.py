@@ -31,7 +31,7 @@ REFERENCE_GEMM = (TASKS / "reference" / "h100" / "gemm.cu").read_text()  # the H
 # CPU that nothing is left unedited.
 _LARGE_ENCODE = "if (!encode_kmajor(&tmap_a, A, M, K, BM) || !encode_kmajor(&tmap_b, B, N, K, BN))\n        return cudaErrorInvalidValue;"
 _SMALL_ENCODE = (
-    "if (!encode_kmajor(&ta, A, M, K, G::BM) || !encode_kmajor(&tb, B, N, K, BN)) return cudaErrorInvalidValue;"
+    "if (!encode_kmajor(&ta, A, M, K, a_rows) || !encode_kmajor(&tb, B, N, K, BN)) return cudaErrorInvalidValue;"
 )
 ON_ANOTHER_STREAM = {  # every launch (and the tail split's memset) on the per-thread stream
     "config.stream = stream;": "config.stream = cudaStreamPerThread;",

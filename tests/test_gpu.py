@@ -181,7 +181,27 @@ def test_the_large_gemm_kernels_split_k_passes_every_stage(pipeline: Pipeline, g
     """The reference's three split-K reductions on an H100 or H200 (132 SMs: the launcher picks them at these shapes),
     every stage: right on every input set and placement, on the rechecked timed runs, and under the sanitizers (their
     M 200 takes the same split here)."""
-    verdicts = _run(pipeline, gemm, REFERENCE_GEMM, task=task, m=m)
+    _assert_every_stage_passed(_run(pipeline, gemm, REFERENCE_GEMM, task=task, m=m))
+
+
+@pytest.mark.parametrize(
+    ("task", "m"),
+    [
+        ("gemm-n5120-k2048", 289),  # 120 tiles of 128x128 in 60 clusters of two, each pair sharing its A rows
+        ("gemm-n6144-k4096", 70),  # 96 tiles of 64x128 in 48 pairs
+    ],
+    ids=["tall-pairs", "short-pairs"],
+)
+def test_the_narrow_gemm_kernels_multicast_pairs_pass_every_stage(
+    pipeline: Pipeline, gemm: Family, task: str, m: int
+) -> None:
+    """The BN = 128 kernels' multicast pairs (the launcher picks them at these shapes where 132 SMs take the pairs'
+    clusters of two at once), every stage; the sanitizers' M 200 runs 128-row pairs at n5120-k2048 (80 tiles) and
+    the large kernel's cluster split at n6144-k4096."""
+    _assert_every_stage_passed(_run(pipeline, gemm, REFERENCE_GEMM, task=task, m=m))
+
+
+def _assert_every_stage_passed(verdicts: dict[str, Verdict]) -> None:
     assert {s: v.status for s, v in verdicts.items()} == dict.fromkeys(
         ("build", "inspect", "check", "profile", "sanitize", "time"), Status.PASSED
     ), "; ".join(f"{s}: {v.message}" for s, v in verdicts.items() if not v.passed)

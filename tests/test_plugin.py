@@ -21,8 +21,9 @@ COUNTS = {
 }
 SKIP_REASON = (
     "passed: build, inspect (HGMMA.64x256x16.F32.BF16, UTMALDG.2D in large::gemm_bf16_tn_kernel; "
-    "HGMMA.64x128x16.F32.BF16, UTMALDG.2D in narrow::gemm_narrow_kernel<1, 8>; "
-    "HGMMA.64x128x16.F32.BF16, UTMALDG.2D in narrow::gemm_narrow_kernel<2, 5>); needs an sm_90 device (H100-class), found none"
+    "HGMMA.64x128x16.F32.BF16, UTMALDG.2D, UTMALDG.2D.MULTICAST in narrow::gemm_narrow_kernel<1, 8>; "
+    "HGMMA.64x128x16.F32.BF16, UTMALDG.2D, UTMALDG.2D.MULTICAST in narrow::gemm_narrow_kernel<2, 5>); "
+    "needs an sm_90 device (H100-class), found none"
 )
 
 

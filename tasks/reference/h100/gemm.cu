@@ -50,6 +50,11 @@
 //    per slice) whose tiles x S CTAs fit in one wave (cudaOccupancyMaxActiveClusters); otherwise a persistent
 //    S = 1 kernel takes floor(tiles / SMs) * SMs tiles (every CTA the same count) and the ragged remainder of
 //    tiles is run by a second launch of the same kernel split S ways (e.g. M = 8828, N = 256: 132 + 6 tiles).
+//  * Multicast pairs (NOT yet run on a GPU): a persistent launch of every tile (no split-K) with an even count of
+//    tiles per row runs in clusters of two, the two CTAs on neighbouring tiles of one tile row, each loading half of
+//    their shared A rows into both CTAs' stage with one multicast TMA: a quarter fewer operand bytes from L2 per
+//    product. On an H100, 128 CTAs of this kernel at N = 2048, K = 4096 ran 1.8x as long as 64 with half the work:
+//    operand delivery from L2 holds them (MEASUREMENTS.md, twenty-eighth session). Priced as the plain launch.
 //  * Ragged edges: TMA zero-fills out-of-bounds rows (M, N) and columns (K); stores check row < M, col < N.
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -90,6 +95,16 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
         ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(k), "r"(row) : "memory");
+}
+
+// The same load into the same offset of every CTA of the cluster in `mask`, each CTA's barrier at `bar` counting the
+// bytes it receives.
+__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtensorMap* map, uint32_t bar, int k, int row,
+                                                      uint16_t mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1, {%3, %4}], [%2], %5;"
+        ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(k), "r"(row), "h"(mask) : "memory");
 }
 
 // wgmma shared-memory descriptor for a K-major operand in 128B-swizzle layout: rows of 128 B, 8-row
@@ -261,6 +276,12 @@ __device__ __forceinline__ void cluster_sync_relaxed() {
 }
 
 // The shared::cluster address of the same offset in CTA `rank`'s shared memory.
+// One arrival on the barrier at shared::cluster address `bar` (another CTA's). Default semantics: with
+// .release.cluster ptxas puts a MEMBAR.ALL.GPU before each (twelfth session: 0.65x).
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
 __device__ __forceinline__ uint32_t map_rank(uint32_t local, uint32_t rank) {
     uint32_t r;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(local), "r"(rank));
@@ -814,6 +835,7 @@ constexpr int MAX_SPLITS = MAX_CLUSTER;
 constexpr int MIN_K_ITERS = 4;         // least k-steps per split-K slice
 constexpr int MIN_TAIL_K_ITERS = 16;   // a ragged last wave is split only when a tile is at least this long
 constexpr size_t SMEM_LIMIT = 232448;  // 227 KB per block on sm_90
+constexpr bool PAIRS = true;           // multicast pairs where they apply (see the kernel; NOT yet run on a GPU)
 
 template <int CW, int STAGES>
 struct Cfg {
@@ -836,10 +858,18 @@ struct Cfg {
 // splits == 1: ordinary launch, persistent: CTA b takes tiles b, b + gridDim.x, ... over all of K.
 // splits  > 1: cluster launch of (splits, 1, 1), gridDim.x == num_tiles * splits: cluster c takes tile c,
 //              its CTA of rank r the k-steps [r * k_iters / splits, (r + 1) * k_iters / splits).
+// pair (splits == 1, tile_begin == 0, num_tiles and the tiles per row even, gridDim.x even): persistent clusters of
+//              two, cluster c taking tile pairs (2p, 2p + 1) for p = c, c + gridDim.x / 2, ..., its rank r tile
+//              2p + r. The pair's tiles share their A rows: rank r loads half r of them (tmap_a's box is BM / 2
+//              rows) into both CTAs' stage with one multicast, so that L2 serves a quarter less per product. A stage
+//              is refilled once both CTAs' consumers have freed it (each consumer warp arrives on both CTAs' empty
+//              barrier); cluster barriers after the barriers' init and before exit (no CTA leaves while its peer may
+//              still write into it).
 template <int CW, int STAGES>
 __global__ void __launch_bounds__(Cfg<CW, STAGES>::THREADS, 1)
 gemm_narrow_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
-                   __nv_bfloat16* __restrict__ C, int M, int N, int K, int tile_begin, int num_tiles, int splits) {
+                   __nv_bfloat16* __restrict__ C, int M, int N, int K, int tile_begin, int num_tiles, int splits,
+                   bool pair) {
     using G = Cfg<CW, STAGES>;
     constexpr int BM = G::BM;
     extern __shared__ uint8_t smem_raw[];
@@ -856,8 +886,10 @@ gemm_narrow_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_cons
     const int k_iters = (K + BK - 1) / BK;
     const bool split = splits > 1;
     const int rank = split ? (int)cluster_ctarank() : 0;
-    const int first = split ? (int)cluster_id_x() : (int)blockIdx.x;
-    const int stride = split ? num_tiles : (int)gridDim.x;    // split: exactly one tile per CTA
+    const int half = pair ? (int)cluster_ctarank() : 0;       // pair: this CTA's tile of two, its half of A
+    const int first = split || pair ? (int)cluster_id_x() : (int)blockIdx.x;
+    const int stride = split ? num_tiles : pair ? (int)gridDim.x / 2 : (int)gridDim.x;   // split: one tile per CTA
+    const int units = pair ? num_tiles / 2 : num_tiles;       // tiles, or tile pairs
     const int k_begin = rank * k_iters / splits, k_end = (rank + 1) * k_iters / splits;
     const int wg = threadIdx.x / 128;
 
@@ -866,11 +898,14 @@ gemm_narrow_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_cons
         asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_b)) : "memory");
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full_bar + 8 * s, 1);
-            mbar_init(empty_bar + 8 * s, CW * 4);
+            mbar_init(empty_bar + 8 * s, CW * 4 * (pair ? 2 : 1));
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    __syncthreads();
+    if (pair)
+        cluster_sync_release_acquire();   // the peer's barriers initialised before anything lands on them
+    else
+        __syncthreads();
 
     if (wg == 0) {
         // ---------------- producer warpgroup ----------------
@@ -880,13 +915,17 @@ gemm_narrow_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_cons
         if (threadIdx.x == 0) {
             int s = 0;
             uint32_t phase = 0;
-            for (int t = first; t < num_tiles; t += stride) {
-                const int tile = tile_begin + t;
+            for (int t = first; t < units; t += stride) {
+                const int tile = tile_begin + (pair ? 2 * t + half : t);
                 const int m0 = (tile / num_n) * BM, n0 = (tile % num_n) * BN;
                 for (int k = k_begin; k < k_end; ++k) {
                     mbar_wait(empty_bar + 8 * s, phase ^ 1);   // fresh barriers pass parity 1 at once
-                    mbar_arrive_expect_tx(full_bar + 8 * s, G::STAGE_BYTES);
-                    tma_load_2d(smem_a + s * G::A_BYTES, &tmap_a, full_bar + 8 * s, k * BK, m0);
+                    mbar_arrive_expect_tx(full_bar + 8 * s, G::STAGE_BYTES);   // a pair: half of A from the peer
+                    if (pair)
+                        tma_load_2d_multicast(smem_a + s * G::A_BYTES + half * (G::A_BYTES / 2), &tmap_a,
+                                              full_bar + 8 * s, k * BK, m0 + half * (BM / 2), 0x3);
+                    else
+                        tma_load_2d(smem_a + s * G::A_BYTES, &tmap_a, full_bar + 8 * s, k * BK, m0);
                     tma_load_2d(smem_b + s * G::B_BYTES, &tmap_b, full_bar + 8 * s, k * BK, n0);
                     if (++s == STAGES) { s = 0; phase ^= 1; }
                 }
@@ -905,8 +944,10 @@ gemm_narrow_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_cons
         int s = 0;
         uint32_t phase = 0;
         int m0 = 0, n0 = 0;
-        for (int t = first; t < num_tiles; t += stride) {
-            const int tile = tile_begin + t;
+        // A freed stage is counted in this CTA and, in a pair, in the peer, whose producer refills both.
+        const uint32_t peer_empty = pair ? map_rank(empty_bar, (uint32_t)(half ^ 1)) : 0u;
+        for (int t = first; t < units; t += stride) {
+            const int tile = tile_begin + (pair ? 2 * t + half : t);
             m0 = (tile / num_n) * BM;
             n0 = (tile % num_n) * BN;
             if (k_end > k_begin) {
@@ -923,13 +964,19 @@ gemm_narrow_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_cons
                     // Keep one k-step in flight; the previous one has now retired, so free its stage.
                     wgmma_wait<1>();
                     fence_acc(acc);
-                    if (k > k_begin && lane == 0) mbar_arrive(empty_bar + 8 * prev);
+                    if (k > k_begin && lane == 0) {
+                        mbar_arrive(empty_bar + 8 * prev);
+                        if (pair) mbar_arrive_cluster(peer_empty + 8 * prev);
+                    }
                     prev = s;
                     if (++s == STAGES) { s = 0; phase ^= 1; }
                 }
                 wgmma_wait<0>();
                 fence_acc(acc);
-                if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
+                if (lane == 0) {
+                    mbar_arrive(empty_bar + 8 * prev);
+                    if (pair) mbar_arrive_cluster(peer_empty + 8 * prev);
+                }
             } else {
 #pragma unroll
                 for (int i = 0; i < 64; ++i) acc[i] = 0.f;  // an empty K slice adds nothing
@@ -949,6 +996,7 @@ gemm_narrow_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_cons
         if (split)
             reduce_partials_store<BM, BN, 128 * CW>(partial_s, rank, splits, (int)threadIdx.x - 128, C, m0, n0, M, N);
     }
+    if (pair) cluster_sync_release_acquire();   // the peer's last arrivals and loads into this CTA have landed
 }
 
 // ---------------- host side ----------------
@@ -959,6 +1007,7 @@ struct Plan {
     int head_grid = 0;
     int tail_tiles = 0;     // tiles [head_tiles, head_tiles + tail_tiles) by a second launch, split tail_splits
     int tail_splits = 1;
+    bool pair = false;      // the head launch (persistent, all tiles) in multicast pairs
     double cost = 1e300;
 };
 
@@ -968,10 +1017,18 @@ struct Path {
 
     static void* kernel() { return reinterpret_cast<void*>(gemm_narrow_kernel<CW, STAGES>); }
 
+    static ClusterFit& fit() {
+        static ClusterFit clusters{kernel(), G::THREADS, G::SMEM_BYTES};
+        return clusters;
+    }
+
     // The largest split in [1, most] whose `tiles` clusters all fit at once (1 if none bigger does).
-    static int fit_split(int dev, int sms, int tiles, int most) {
-        static ClusterFit fit{kernel(), G::THREADS, G::SMEM_BYTES};
-        return fit.split(dev, sms, tiles, most);
+    static int fit_split(int dev, int sms, int tiles, int most) { return fit().split(dev, sms, tiles, most); }
+
+    // Whether a persistent launch of all `tiles` over `grid` CTAs can run in multicast pairs (see the kernel): an
+    // even split of tiles sharing their A rows, every pair resident at once.
+    static bool pairs(int dev, int sms, int tiles, int num_n, int grid) {
+        return PAIRS && tiles % 2 == 0 && num_n % 2 == 0 && grid % 2 == 0 && grid / 2 <= fit().capacity(dev, sms, 2);
     }
 
     static Plan plan(int dev, int sms, int M, int N, int K, double step, double red) {
@@ -1002,31 +1059,35 @@ struct Path {
                 cost = (waves + (rem > 0 ? 1 : 0)) * k_iters * step;
             }
         }
-        p.cost = cost > dram ? cost : dram;
+        const int num_n = (N + BN - 1) / BN;
+        p.pair = p.head_splits == 1 && p.tail_tiles == 0 && pairs(dev, sms, tiles, num_n, p.head_grid);
+        p.cost = cost > dram ? cost : dram;   // a pair priced as the plain launch (not fitted)
         return p;
     }
 
     static cudaError_t launch_one(const CUtensorMap& ta, const CUtensorMap& tb, __nv_bfloat16* C, int M, int N,
-                                  int K, int tile_begin, int tiles, int splits, int grid, cudaStream_t stream) {
+                                  int K, int tile_begin, int tiles, int splits, int grid, bool pair,
+                                  cudaStream_t stream) {
         cudaLaunchConfig_t config = {};
         config.gridDim = dim3((unsigned)grid, 1, 1);
         config.blockDim = dim3(G::THREADS, 1, 1);
         config.dynamicSmemBytes = G::SMEM_BYTES;
         config.stream = stream;
         cudaLaunchAttribute attribute;
-        set_cluster(config, attribute, splits);
+        set_cluster(config, attribute, pair ? 2 : splits);
         return cudaLaunchKernelEx(&config, gemm_narrow_kernel<CW, STAGES>, ta, tb, C, M, N, K, tile_begin, tiles,
-                                  splits);
+                                  splits, pair);
     }
 
     static cudaError_t run(const Plan& p, const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M,
                            int N, int K, cudaStream_t stream) {
+        const int a_rows = p.pair ? G::BM / 2 : G::BM;   // a pair loads half of each A tile
         CUtensorMap ta, tb;
-        if (!encode_kmajor(&ta, A, M, K, G::BM) || !encode_kmajor(&tb, B, N, K, BN)) return cudaErrorInvalidValue;
-        cudaError_t err = launch_one(ta, tb, C, M, N, K, 0, p.head_tiles, p.head_splits, p.head_grid, stream);
+        if (!encode_kmajor(&ta, A, M, K, a_rows) || !encode_kmajor(&tb, B, N, K, BN)) return cudaErrorInvalidValue;
+        cudaError_t err = launch_one(ta, tb, C, M, N, K, 0, p.head_tiles, p.head_splits, p.head_grid, p.pair, stream);
         if (err != cudaSuccess || p.tail_tiles == 0) return err;
         return launch_one(ta, tb, C, M, N, K, p.head_tiles, p.tail_tiles, p.tail_splits,
-                          p.tail_tiles * p.tail_splits, stream);
+                          p.tail_tiles * p.tail_splits, false, stream);
     }
 };
 
