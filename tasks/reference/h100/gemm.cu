@@ -50,11 +50,12 @@
 //    per slice) whose tiles x S CTAs fit in one wave (cudaOccupancyMaxActiveClusters); otherwise a persistent
 //    S = 1 kernel takes floor(tiles / SMs) * SMs tiles (every CTA the same count) and the ragged remainder of
 //    tiles is run by a second launch of the same kernel split S ways (e.g. M = 8828, N = 256: 132 + 6 tiles).
-//  * Multicast pairs (NOT yet run on a GPU): a persistent launch of every tile (no split-K) with an even count of
-//    tiles per row runs in clusters of two, the two CTAs on neighbouring tiles of one tile row, each loading half of
-//    their shared A rows into both CTAs' stage with one multicast TMA: a quarter fewer operand bytes from L2 per
-//    product. On an H100, 128 CTAs of this kernel at N = 2048, K = 4096 ran 1.8x as long as 64 with half the work:
-//    operand delivery from L2 holds them (MEASUREMENTS.md, twenty-eighth session). Priced as the plain launch.
+//  * Multicast pairs: a persistent launch of every tile (no split-K) with an even count of tiles per row runs in
+//    clusters of two, the two CTAs on neighbouring tiles of one tile row, each loading half of their shared A rows
+//    into both CTAs' stage with one multicast TMA: a quarter fewer operand bytes from L2 per product. On an H100,
+//    128 plain CTAs at M 901, N 2048, K 4096 ran 1.8x as long as 64 with half the work (operand delivery from L2
+//    holds them); in pairs they ran in 0.65x the plain span (MEASUREMENTS.md, twenty-eighth and twenty-ninth
+//    sessions). Priced as the plain launch less PAIR_GAIN of it at a full grid, none at half the SMs or fewer.
 //  * Ragged edges: TMA zero-fills out-of-bounds rows (M, N) and columns (K); stores check row < M, col < N.
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -835,7 +836,8 @@ constexpr int MAX_SPLITS = MAX_CLUSTER;
 constexpr int MIN_K_ITERS = 4;         // least k-steps per split-K slice
 constexpr int MIN_TAIL_K_ITERS = 16;   // a ragged last wave is split only when a tile is at least this long
 constexpr size_t SMEM_LIMIT = 232448;  // 227 KB per block on sm_90
-constexpr bool PAIRS = true;           // multicast pairs where they apply (see the kernel; NOT yet run on a GPU)
+constexpr bool PAIRS = true;           // multicast pairs where they apply (see the kernel)
+constexpr double PAIR_GAIN = 0.25;     // their saving at a full grid (fitted on an H100, MEASUREMENTS.md)
 
 template <int CW, int STAGES>
 struct Cfg {
@@ -1061,7 +1063,11 @@ struct Path {
         }
         const int num_n = (N + BN - 1) / BN;
         p.pair = p.head_splits == 1 && p.tail_tiles == 0 && pairs(dev, sms, tiles, num_n, p.head_grid);
-        p.cost = cost > dram ? cost : dram;   // a pair priced as the plain launch (not fitted)
+        if (p.pair) {   // CTAs past half the SMs slow the plain kernel's operand delivery; a pair loads less
+            const double over = p.head_grid > sms / 2 ? (double)(p.head_grid - sms / 2) / (sms - sms / 2) : 0.0;
+            cost *= 1.0 - PAIR_GAIN * over;
+        }
+        p.cost = cost > dram ? cost : dram;
         return p;
     }
 
