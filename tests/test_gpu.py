@@ -196,7 +196,7 @@ def test_the_narrow_gemm_kernels_multicast_pairs_pass_every_stage(
     pipeline: Pipeline, gemm: Family, task: str, m: int
 ) -> None:
     """The BN = 128 kernels' multicast pairs (the launcher picks them at these shapes where 132 SMs take the pairs'
-    clusters of two at once), every stage; the sanitizers' M 200 runs 128-row pairs at both (80 and 96 tiles)."""
+    clusters of two at once), every stage; the sanitizers' M 200 runs 128-row pairs at n6144-k4096 (96 tiles)."""
     _assert_every_stage_passed(_run(pipeline, gemm, REFERENCE_GEMM, task=task, m=m))
 
 

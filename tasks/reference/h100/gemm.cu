@@ -55,7 +55,7 @@
 //    into both CTAs' stage with one multicast TMA: a quarter fewer operand bytes from L2 per product. On an H100,
 //    128 plain CTAs at M 901, N 2048, K 4096 ran 1.8x as long as 64 with half the work (operand delivery from L2
 //    holds them); in pairs they ran in 0.65x the plain span (MEASUREMENTS.md, twenty-eighth and twenty-ninth
-//    sessions). Priced as the plain launch less PAIR_GAIN of it at a full grid, none at half the SMs or fewer.
+//    sessions). Used past two thirds of the SMs; priced as the plain launch less the bytes it saves (see plan).
 //  * Ragged edges: TMA zero-fills out-of-bounds rows (M, N) and columns (K); stores check row < M, col < N.
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -837,7 +837,6 @@ constexpr int MIN_K_ITERS = 4;         // least k-steps per split-K slice
 constexpr int MIN_TAIL_K_ITERS = 16;   // a ragged last wave is split only when a tile is at least this long
 constexpr size_t SMEM_LIMIT = 232448;  // 227 KB per block on sm_90
 constexpr bool PAIRS = true;           // multicast pairs where they apply (see the kernel)
-constexpr double PAIR_GAIN = 0.25;     // their saving at a full grid (fitted on an H100, MEASUREMENTS.md)
 
 template <int CW, int STAGES>
 struct Cfg {
@@ -1062,11 +1061,14 @@ struct Path {
             }
         }
         const int num_n = (N + BN - 1) / BN;
-        p.pair = p.head_splits == 1 && p.tail_tiles == 0 && pairs(dev, sms, tiles, num_n, p.head_grid);
-        if (p.pair) {   // CTAs past half the SMs slow the plain kernel's operand delivery; a pair loads less
-            const double over = p.head_grid > sms / 2 ? (double)(p.head_grid - sms / 2) / (sms - sms / 2) : 0.0;
-            cost *= 1.0 - PAIR_GAIN * over;
-        }
+        // Past half the SMs the plain kernel's operand delivery from L2 slows it; a pair saves its share of the
+        // operand bytes (BM / 2 of BM + BN rows) in proportion. Pairs run only past two thirds of the SMs: below
+        // that they measured slower than the plain launch (H100, MEASUREMENTS.md, twenty-ninth session).
+        const double over = p.head_grid > sms / 2 ? (double)(p.head_grid - sms / 2) / (sms - sms / 2) : 0.0;
+        const double pair_cost = cost * (1.0 - G::BM / 2.0 / (G::BM + BN) * over);
+        p.pair = p.head_splits == 1 && p.tail_tiles == 0 && 3 * p.head_grid > 2 * sms &&
+                 pairs(dev, sms, tiles, num_n, p.head_grid);
+        if (p.pair) cost = pair_cost;
         p.cost = cost > dram ? cost : dram;
         return p;
     }
