@@ -71,6 +71,18 @@
 // 4 * M * N bytes). Each CTA runs at most one slice, after all of its whole tiles, so nothing waits on a CTA
 // that is itself waiting (unit_of says why). The launcher prices S with datasheet-rate guesses (TAIL_*,
 // tail_splits): not fitted, no B200 has run this file.
+//
+// Multicast pairs (the H100 reference's BN = 128 kernel's, carried over): a persistent launch of whole tiles only
+// (no tail split) on more than two thirds of the SMs, with an even count of m-tiles, runs in clusters of two. Cluster
+// c takes tile pairs (2p, 2p + 1) for p = c, c + grid / 2, ..., its rank r tile 2p + r: in the grouped order (bands
+// of an even count of m-tiles, m fastest) the two tiles are neighbours in m and share their B tile. Rank r loads B
+// rows [r BN / 2, (r + 1) BN / 2) of it into both CTAs' stage with one multicast TMA (tmB's box is BN / 2 rows), so
+// L2 serves a third (BN 256) or a quarter (BN 128) fewer bytes per product. The full barrier still expects the whole
+// stage (its A, its half of B, the peer's half); each empty barrier counts both CTAs' MMA warps (one
+// tcgen05.commit multicast to both), so neither producer refills a stage the other is still reading. Cluster
+// barriers follow the barriers' init and precede the exit, after each producer has seen its last stages freed.
+// On an H100 the pairs made 128 CTAs of 128x128 tiles at N 2048, K 4096 run 1.35x faster (MEASUREMENTS.md,
+// twenty-ninth session); that the same holds here is a guess.
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda.h>
@@ -88,6 +100,7 @@ constexpr int MAX_SPLITS = 8;         // portable cluster size; also the most K-
 constexpr int MAX_CHAIN = 16;         // the most K-slices of a chained tile
 constexpr int MIN_K_BLOCKS = 4;       // least K-blocks per split-K slice
 constexpr int MAX_DEVICES = 64;       // cluster-capacity cache entries
+constexpr bool PAIRS = true;          // multicast pairs where they apply (see the header)
 // Tail-split pricing (see tail_splits), SM clocks. Guesses from datasheet rates, NOT fitted: no B200 has run this
 // file. The form is the H100 reference's large-kernel model; its fitted constants are not reused because a B200
 // SM does twice the tensor work per clock while a slab through L2 costs about the same.
@@ -154,6 +167,14 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
                  :: "r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar) : "memory");
 }
 
+// The same into CTA-relative address `dst` of every CTA in `mask`, each completing on its own barrier at `bar`.
+__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar,
+                                                      uint16_t mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%2, %3}], [%4], %5;"
+                 :: "r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask) : "memory");
+}
+
 // ---- tcgen05 ----
 __device__ __forceinline__ void tc_fence_before() { asm volatile("tcgen05.fence::before_thread_sync;" ::: "memory"); }
 __device__ __forceinline__ void tc_fence_after()  { asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory"); }
@@ -190,6 +211,12 @@ __device__ __forceinline__ void umma_bf16(uint32_t d_tmem, uint64_t a_desc, uint
 __device__ __forceinline__ void umma_commit(uint32_t bar) {
     asm volatile("tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%0];"
                  :: "r"(bar) : "memory");
+}
+
+// The same arrival on the barrier at `bar` in every CTA of `mask`.
+__device__ __forceinline__ void umma_commit_multicast(uint32_t bar, uint16_t mask) {
+    asm volatile("tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64 [%0], %1;"
+                 :: "r"(bar), "h"(mask) : "memory");
 }
 
 // TMEM address: bits [31,16] lane, [15,0] column (32-bit columns).
@@ -365,11 +392,13 @@ __device__ __forceinline__ void chain_link(const float4* partial, int et, int bl
 //                 splits <= num_kb / MIN_K_BLOCKS), one accumulator; whole unused. Summed across a cluster launch of
 //                 (splits, 1, 1) (chain false: b / splits is the cluster, r its rank; work, counters unused) or by a
 //                 chain (chain true: the low halves in `work`, counters zeroed before the launch).
+// paired (SPLIT == false, whole == tiles, splits == 1): launched in clusters of two, cluster c taking tile pairs
+//                 c, c + gridDim.x / 2, ... (see the header); tmB's box is BN / 2 rows.
 template <int BN, bool SPLIT>
 __global__ void __launch_bounds__(NUM_THREADS, 1)
 gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                     __nv_bfloat16* __restrict__ C, void* __restrict__ work, unsigned* __restrict__ counters,
-                    int M, int N, int K, int whole, int splits, bool chain) {
+                    int M, int N, int K, int whole, int splits, bool chain, bool paired) {
     using Cf = Cfg<BN>;
     constexpr int STAGES = Cf::STAGES;
     constexpr int ACC_BUFS = SPLIT ? 1 : 2;
@@ -392,20 +421,25 @@ gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_consta
     const int tiles_m = (M + BM - 1) / BM;
     const int tiles_n = (N + BN - 1) / BN;
     const int tiles = tiles_m * tiles_n;
-    // Split: unit u = tile u, of which this CTA takes exactly one and the K-slice `rank`.
-    const int units = SPLIT ? tiles : whole + (tiles - whole) * splits;
-    const int first = SPLIT ? (chain ? int(blockIdx.x) / splits : int(cluster_id_x())) : int(blockIdx.x);
-    const int stride = SPLIT ? tiles : int(gridDim.x);
+    const bool pair = !SPLIT && paired;                    // folds away in the split kernels
+    const int half = pair ? int(cluster_ctarank()) : 0;   // a pair: this CTA's tile of two, its half of B
+    // Split: unit u = tile u, of which this CTA takes exactly one and the K-slice `rank`. A pair: unit u = tile pair u.
+    const int units = SPLIT ? tiles : pair ? tiles / 2 : whole + (tiles - whole) * splits;
+    const int first = SPLIT ? (chain ? int(blockIdx.x) / splits : int(cluster_id_x()))
+                            : pair ? int(cluster_id_x()) : int(blockIdx.x);
+    const int stride = SPLIT ? tiles : pair ? int(gridDim.x) / 2 : int(gridDim.x);
     const int num_kb = (K + BK - 1) / BK;
     // All three roles derive the same unit sequence from this.
-    auto unit = [&](int u) { return SPLIT ? slice_unit(u, rank, splits, num_kb) : unit_of(u, whole, splits, num_kb); };
+    auto unit = [&](int u) {
+        return SPLIT ? slice_unit(u, rank, splits, num_kb) : unit_of(pair ? 2 * u + half : u, whole, splits, num_kb);
+    };
 
     if (warp == 4 && lane == 0) {
         asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<uint64_t>(&tmA)) : "memory");
         asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<uint64_t>(&tmB)) : "memory");
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(smem_u32(&full_bar[s]), 1);
-            mbar_init(smem_u32(&empty_bar[s]), 1);
+            mbar_init(smem_u32(&empty_bar[s]), pair ? 2 : 1);   // a pair: both CTAs' MMA warps
         }
         for (int b = 0; b < ACC_BUFS; ++b) {
             mbar_init(smem_u32(&acc_full[b]), 1);    // one tcgen05.commit per tile
@@ -419,6 +453,8 @@ gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_consta
     tc_fence_before();
     __syncthreads();
     tc_fence_after();
+    // A pair: the peer's barriers initialised before anything reaches them (fence.mbarrier_init above releases them).
+    if (pair) cluster_sync_relaxed();
     const uint32_t tmem_base = tmem_slot;   // lane 0, first allocated column
 
     // Each role walks the same units (a whole tile or a K-slice of one); `j` counts this CTA's units. The ring's
@@ -440,9 +476,19 @@ gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_consta
                     // The full box is counted even where TMA zero-fills out-of-bounds elements.
                     mbar_expect_tx(fb, Cf::STAGE_BYTES);
                     tma_load_2d(sa, &tmA, kb * BK, m0, fb);
-                    tma_load_2d(sa + Cf::A_BYTES, &tmB, kb * BK, n0, fb);
+                    if (pair)   // this CTA's half of the shared B tile, into both CTAs' stage
+                        tma_load_2d_multicast(sa + Cf::A_BYTES + half * (Cf::B_BYTES / 2), &tmB, kb * BK,
+                                              n0 + half * (BN / 2), fb, 0x3);
+                    else
+                        tma_load_2d(sa + Cf::A_BYTES, &tmB, kb * BK, n0, fb);
                     if (++s == STAGES) { s = 0; phase ^= 1; }
                 }
+            }
+            // A pair: every stage's last fill freed by both MMA warps, so that no arrival from the peer is still on
+            // its way to this CTA's barriers when it leaves.
+            for (int i = 0; pair && i < STAGES; ++i) {
+                mbar_wait(smem_u32(&empty_bar[s]), phase ^ 1);
+                if (++s == STAGES) { s = 0; phase ^= 1; }
             }
         }
         __syncwarp();
@@ -469,7 +515,10 @@ gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_consta
 #pragma unroll
                     for (int k = 0; k < BK / UMMA_K; ++k)   // +32 B per K step = +2 in the address field
                         umma_bf16(d, da + 2 * k, db + 2 * k, Cf::IDESC, (kb > kb_begin || k > 0) ? 1u : 0u);
-                    umma_commit(smem_u32(&empty_bar[s]));
+                    if (pair)   // the stage holds half of the peer's B too: free it in both CTAs
+                        umma_commit_multicast(smem_u32(&empty_bar[s]), 0x3);
+                    else
+                        umma_commit(smem_u32(&empty_bar[s]));
                     if (++s == STAGES) { s = 0; phase ^= 1; }
                 }
                 umma_commit(smem_u32(&acc_full[b]));   // arrives once every MMA of this unit has completed
@@ -677,6 +726,7 @@ gemm_tcgen05_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_consta
         }
     }
 
+    if (pair) cluster_sync_relaxed();   // neither CTA leaves before the peer's producer has drained its barriers
     // All TMEM reads done before the allocating warp frees the columns.
     tc_fence_before();
     __syncthreads();
@@ -697,7 +747,7 @@ bool encode_kmajor(CUtensorMap* map, const void* ptr, int rows, int K, int box_r
                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// A launch of gemm_tcgen05_kernel<BN, true> in clusters of `cluster` CTAs along x (the attribute lives beside the
+// A launch of gemm_tcgen05_kernel<BN, ...> in clusters of `cluster` CTAs along x (the attribute lives beside the
 // config that points at it).
 template <int BN>
 struct ClusterLaunch {
@@ -718,17 +768,17 @@ struct ClusterLaunch {
     ClusterLaunch(const ClusterLaunch&) = delete;   // config.attrs points into this object
 };
 
-// Clusters of `s` CTAs of gemm_tcgen05_kernel<BN, true> resident at once, cached per device; a failed query is
+// Clusters of `s` CTAs of gemm_tcgen05_kernel<BN, SPLIT> resident at once, cached per device; a failed query is
 // replaced by sms / s (the hardware would then run any excess in a later wave: slower, never wrong).
 // Needs the kernel's dynamic shared memory attribute set first.
-template <int BN>
+template <int BN, bool SPLIT>
 int cluster_capacity(int dev, int sms, int s) {
     static int cache[MAX_DEVICES][MAX_SPLITS + 1] = {};
     int* slot = (dev >= 0 && dev < MAX_DEVICES) ? &cache[dev][s] : nullptr;
     if (slot && *slot > 0) return *slot;
     ClusterLaunch<BN> clustered(s, s, nullptr);
     int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, gemm_tcgen05_kernel<BN, true>, &clustered.config) != cudaSuccess ||
+    if (cudaOccupancyMaxActiveClusters(&clusters, gemm_tcgen05_kernel<BN, SPLIT>, &clustered.config) != cudaSuccess ||
         clusters <= 0) {
         cudaGetLastError();   // clear the failed query's error
         clusters = sms / s;
@@ -816,7 +866,7 @@ cudaError_t launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16
         int most = (K + BK - 1) / BK / MIN_K_BLOCKS;   // >= MIN_K_BLOCKS K-blocks per slice: none is empty
         if (most > MAX_SPLITS) most = MAX_SPLITS;
         for (int s = most; s >= 2; --s)
-            if (tiles * s <= sms && tiles <= cluster_capacity<BN>(dev, sms, s)) { splits = s; break; }
+            if (tiles * s <= sms && tiles <= cluster_capacity<BN, true>(dev, sms, s)) { splits = s; break; }
         chained = chain_splits<BN>(M, N, tiles, splits, K, sms, workspace, workspace_bytes);
     }
     if (chained > 1) {   // the low halves first, the counters from the next 256 B
@@ -824,7 +874,7 @@ cudaError_t launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16
         cudaError_t err = cudaMemsetAsync(counters, 0, size_t(tiles) * CHAIN_BLOCKS * sizeof(unsigned), stream);
         if (err != cudaSuccess) return err;
         gemm_tcgen05_kernel<BN, true><<<unsigned(tiles * chained), NUM_THREADS, Cfg<BN>::SMEM_BYTES, stream>>>(
-            tmA, tmB, C, workspace, counters, M, N, K, 0, chained, true);
+            tmA, tmB, C, workspace, counters, M, N, K, 0, chained, true, false);
         return cudaGetLastError();
     }
     if (splits == 1) {
@@ -844,13 +894,23 @@ cudaError_t launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16
         }
         // Persistent: at most one CTA per SM. With a tail, units >= whole >= SMs: grid = SMs, as unit_of assumes.
         const unsigned grid = unsigned(units < sms ? units : sms);
-        gemm_tcgen05_kernel<BN, false><<<grid, NUM_THREADS, Cfg<BN>::SMEM_BYTES, stream>>>(
-            tmA, tmB, C, slabs, counters, M, N, K, int(whole), tail, false);
-        return cudaGetLastError();
+        // Multicast pairs (see the header): whole tiles only, the pairs' tiles in one band column (an even count of
+        // m-tiles), past two thirds of the SMs (as on the H100), every cluster resident at once.
+        const bool pair = PAIRS && tail == 1 && tiles % 2 == 0 && ((M + BM - 1) / BM) % 2 == 0 && grid % 2 == 0 &&
+                          3 * grid > 2 * unsigned(sms) && int(grid / 2) <= cluster_capacity<BN, false>(dev, sms, 2);
+        if (!pair) {
+            gemm_tcgen05_kernel<BN, false><<<grid, NUM_THREADS, Cfg<BN>::SMEM_BYTES, stream>>>(
+                tmA, tmB, C, slabs, counters, M, N, K, int(whole), tail, false, false);
+            return cudaGetLastError();
+        }
+        if (!encode_kmajor(&tmB, B, N, K, BN / 2)) return cudaErrorInvalidValue;   // a pair loads half of each B tile
+        ClusterLaunch<BN> paired(grid, 2, stream);
+        return cudaLaunchKernelEx(&paired.config, gemm_tcgen05_kernel<BN, false>, tmA, tmB, C, (void*)nullptr,
+                                  (unsigned*)nullptr, M, N, K, int(whole), 1, false, true);
     }
     ClusterLaunch<BN> clustered(unsigned(tiles * splits), splits, stream);
     return cudaLaunchKernelEx(&clustered.config, gemm_tcgen05_kernel<BN, true>, tmA, tmB, C, (void*)nullptr,
-                              (unsigned*)nullptr, M, N, K, 0, splits, false);
+                              (unsigned*)nullptr, M, N, K, 0, splits, false, false);
 }
 
 }  // namespace
