@@ -276,13 +276,13 @@ __device__ __forceinline__ void cluster_sync_relaxed() {
     asm volatile("barrier.cluster.arrive.relaxed;\n\tbarrier.cluster.wait;" ::: "memory");
 }
 
-// The shared::cluster address of the same offset in CTA `rank`'s shared memory.
 // One arrival on the barrier at shared::cluster address `bar` (another CTA's). Default semantics: with
 // .release.cluster ptxas puts a MEMBAR.ALL.GPU before each (twelfth session: 0.65x).
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar) {
     asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 
+// The shared::cluster address of the same offset in CTA `rank`'s shared memory.
 __device__ __forceinline__ uint32_t map_rank(uint32_t local, uint32_t rank) {
     uint32_t r;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(local), "r"(rank));
