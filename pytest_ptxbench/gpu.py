@@ -192,9 +192,11 @@ class GpuStages:
             return [Verdict("check", Status.FAILED, str(exc), seconds=time.monotonic() - started)]
         captured = self._captures[(subject.candidate.digest, prepared.key)]  # captured again if relocated
         overhead = {"capture_seconds": captured_at - started, "runner_seconds": time.monotonic() - captured_at}
+        # kernels launched to overlap the kernel before them (programmatic dependent launch), replayed so
+        early = sorted({k.name for k in captured.lists[0].kernels if "programmatic" in k.attributes})
         try:
             checked, passed = self._check(runner, subject.family, prepared, started)
-            checked.data.update(overhead)
+            checked.data.update(overhead, early_launches=early)
             verdicts = [checked]
             if checked.passed:
                 names = frozenset(k.name for k in captured.lists[0].kernels)

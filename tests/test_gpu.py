@@ -113,6 +113,27 @@ def test_reference_attention_forward_passes_every_stage_with_persistent_ctas(
     ), "; ".join(f"{s}: {v.message}" for s, v in verdicts.items() if not v.passed)
 
 
+@pytest.fixture(scope="module")
+def attention_bwd() -> Family:
+    return load_family(TASKS / "attention_bwd.yaml")
+
+
+def test_reference_attention_backward_overlaps_its_launches_and_passes_every_stage(
+    pipeline: Pipeline, attention_bwd: Family
+) -> None:
+    """Its second and third kernels are programmatic dependent launches: the capture reads the programmatic edges
+    from the graph, the runner replays them (and refuses a replayed graph that lost one), and every stage passes
+    with the kernels overlapping."""
+    source = (TASKS / "reference" / "h100" / "attention_bwd.cu").read_text()
+    shape = Shape({"B": 2, "H": 8, "S": 1000}, "b2-h8-s1000", hidden=True)
+    verdicts = _evaluate(pipeline, attention_bwd, source, "attention_bwd-d128-causal", shape)
+    assert {s: v.status for s, v in verdicts.items()} == dict.fromkeys(
+        ("build", "inspect", "check", "profile", "sanitize", "time"), Status.PASSED
+    ), "; ".join(f"{s}: {v.message}" for s, v in verdicts.items() if not v.passed)
+    early = verdicts["check"].data["early_launches"]
+    assert [("attn_bwd_dq" in n, "attn_bwd_main" in n) for n in early] == [(True, False), (False, True)], early
+
+
 def _no_opcodes(family: Family) -> Family:
     """The family with no required opcode, so SIMT-only planted kernels reach the GPU stages."""
     return dataclasses.replace(family, opcodes={"h100": ()})

@@ -76,6 +76,11 @@ def test_what_the_harness_refuses_to_replay() -> None:
     good = tuple(LaunchList(p.index, (_kernel(),)) for p in placements)
     own = Own(frozenset({"_Z4gemmv"}), frozenset({"ab12"}))
     assert validated(good, placements, {"A", "B"}, own).kernels == {"_Z4gemmv"}
+    early = dataclasses.replace(_kernel(), attributes={"programmatic": 1})  # a programmatic dependent launch
+    assert (
+        validated((LaunchList(0, (_kernel(), early)), good[1]), placements, {"A", "B"}, own).lists[0].kernels[1]
+        == early
+    )
     from_a_built_cubin = dataclasses.replace(_kernel(), module="ab12")
     assert (
         validated((LaunchList(0, (from_a_built_cubin,)), good[1]), placements, {"A", "B"}, own).lists[0].kernels[0]
@@ -89,6 +94,12 @@ def test_what_the_harness_refuses_to_replay() -> None:
         ),
         f"a copy reads 8 bytes at {c.end:#x}, outside the call's buffers": (Copy(c.pointer, c.end, 8), _kernel()),
         "the launcher launched no kernel (placement 0)": (),
+        "_Z4gemmv is to overlap the call's start; only a kernel may be overlapped (programmatic launch)": (early,),
+        "_Z4gemmv is to overlap a memset; only a kernel may be overlapped (programmatic launch)": (
+            _kernel(),
+            Memset(c.pointer, 0, 1, 16, 1, 0),
+            early,
+        ),
         "kernels not in the candidate's own module were launched: nvjet_sm90_tst": (_kernel("nvjet_sm90_tst"),),
         "_Z4gemmv ran from code the build did not produce (a specialisation compiled only when run on the GPU, or a"
         " module loaded by the candidate)": (dataclasses.replace(_kernel(), module="cd34"),),

@@ -25,6 +25,7 @@ _REFUSED = {
     "CONDITIONAL": "a conditional node",
 }
 _A = cu.CUlaunchAttributeID
+_DEPENDENCY = cu.CUgraphDependencyType
 
 
 class Refused(RuntimeError):
@@ -42,40 +43,61 @@ def end(stream: Any, placement: int, origins: Mapping[int, str] | None = None) -
     status, graph = cu.cuStreamEndCapture(stream)
     if status != cu.CUresult.CUDA_SUCCESS:
         return str(driver.DriverError("cuStreamEndCapture", status))
-    return LaunchList(placement, tuple(_operation(node, origins or {}) for node in _chain(graph)))
+    return LaunchList(placement, tuple(_operation(node, early, origins or {}) for node, early in chain(graph)))
 
 
-def _chain(graph: Any) -> list[Any]:
-    """The graph's nodes in order; refused unless they form one chain (everything on the given stream)."""
+def chain(graph: Any) -> list[tuple[Any, bool]]:
+    """The graph's nodes in order, each with whether it may start before its predecessor ends (a programmatic
+    edge: the launch asked for programmatic stream serialisation); refused unless they form one chain
+    (everything on the given stream)."""
     count = driver.ok("cuGraphGetNodes", cu.cuGraphGetNodes(graph, 0))[1]
     nodes = list(driver.ok("cuGraphGetNodes", cu.cuGraphGetNodes(graph, count))[0]) if count else []
     edges = cu.cuGraphGetEdges(graph, 0)
     driver.ok("cuGraphGetEdges", edges[:1])
-    pairs: list[tuple[int, int]] = []
+    after: dict[int, int] = {}
+    programmatic: set[int] = set()
     if edges[-1]:
-        full = cu.cuGraphGetEdges(graph, edges[-1])
-        driver.ok("cuGraphGetEdges", full[:1])
-        pairs = [(int(a), int(b)) for a, b in zip(full[1], full[2], strict=True)]
-    after = dict(pairs)
-    if len(after) != len(pairs) or len({b for _, b in pairs}) != len(pairs):
-        raise Refused("the launch is not one chain of operations: work was forked onto other streams")
+        sources, targets, data, _ = driver.ok("cuGraphGetEdges", cu.cuGraphGetEdges(graph, edges[-1]))
+        for a, b, kind in zip(sources, targets, data, strict=True):
+            if int(b) in after.values() or int(a) in after:
+                raise Refused("the launch is not one chain of operations: work was forked onto other streams")
+            after[int(a)] = int(b)
+            if _programmatic(kind):
+                programmatic.add(int(b))
     by_handle = {int(n): n for n in nodes}
-    roots = set(by_handle) - {b for _, b in pairs}
+    roots = set(by_handle) - set(after.values())
     if len(roots) > 1:
         raise Refused("the launch is not one chain of operations: work was forked onto other streams")
     ordered = []
     current = next(iter(roots), None)
     while current is not None:
-        ordered.append(by_handle[current])
+        ordered.append((by_handle[current], current in programmatic))
         current = after.get(current)
     return ordered
 
 
-def _operation(node: Any, origins: Mapping[int, str]) -> Operation:
+def _programmatic(edge: Any) -> bool:
+    """Whether an edge lets its target start early (programmatic dependent launch); refused for any other kind
+    than that or a full dependency."""
+    kind, port = int(edge.type), int(edge.from_port)
+    if kind == 0 and port == 0:
+        return False
+    if (
+        kind == int(_DEPENDENCY.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC)
+        and port == cu.CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
+    ):
+        return True
+    raise Refused(
+        f"the launch has a dependency of type {kind} from port {port}; only full dependencies and programmatic"
+        " stream serialisation may be captured"
+    )
+
+
+def _operation(node: Any, early: bool, origins: Mapping[int, str]) -> Operation:
     kind = driver.ok("cuGraphNodeGetType", cu.cuGraphNodeGetType(node))
     name = kind.name.removeprefix("CU_GRAPH_NODE_TYPE_")
     if name == "KERNEL":
-        return _kernel(node, origins)
+        return _kernel(node, early, origins)
     if name == "MEMSET":
         p = driver.ok("cuGraphMemsetNodeGetParams", cu.cuGraphMemsetNodeGetParams(node))
         return Memset(int(p.dst), int(p.value), int(p.elementSize), int(p.width), int(p.height), int(p.pitch))
@@ -86,7 +108,7 @@ def _operation(node: Any, origins: Mapping[int, str]) -> Operation:
     )
 
 
-def _kernel(node: Any, origins: Mapping[int, str]) -> Kernel:
+def _kernel(node: Any, early: bool, origins: Mapping[int, str]) -> Kernel:
     p = driver.ok("cuGraphKernelNodeGetParams", cu.cuGraphKernelNodeGetParams(node))
     function = p.func
     if int(function) == 0 and int(p.kern) != 0:
@@ -106,7 +128,7 @@ def _kernel(node: Any, origins: Mapping[int, str]) -> Kernel:
         (int(p.blockDimX), int(p.blockDimY), int(p.blockDimZ)),
         int(p.sharedMemBytes),
         bytes(buffer),
-        _attributes(node, function),
+        _attributes(node, function) | ({"programmatic": 1} if early else {}),
         origins.get(int(function), ""),
     )
 

@@ -18,6 +18,7 @@ from ..replay.launches import Copy, Kernel, LaunchList, Memset, Upload
 from ..replay.placement import CANARY, Placement, Relocated
 from . import driver
 from .cudart import CudaError, Runtime
+from .graph import chain
 from .serving import main
 from .timing import Clock, RunFailed
 from .tracing import Tracer
@@ -96,6 +97,9 @@ class Runner:
                 self._replay(op, functions)
         finally:
             graph = driver.ok("cuStreamEndCapture", cu.cuStreamEndCapture(self.stream))
+        asked = [isinstance(op, Kernel) and "programmatic" in op.attributes for op in launches.operations]
+        if [early for _, early in chain(graph)] != asked:
+            raise ReplayError("the replayed graph does not overlap the kernels the launch list overlaps")
         return driver.ok("cuGraphInstantiate", cu.cuGraphInstantiate(graph, 0))
 
     def _replay(self, op: Kernel | Memset | Copy | Upload, functions: dict[tuple[str, str], Any]) -> None:
@@ -142,6 +146,9 @@ class Runner:
             elif key == "cluster_scheduling":
                 attribute.id = _A.CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE
                 attribute.value.clusterSchedulingPolicyPreference = int(value)
+            elif key == "programmatic":  # may start before the previous kernel ends (griddepcontrol)
+                attribute.id = _A.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+                attribute.value.programmaticStreamSerializationAllowed = 1
             else:
                 continue  # function attributes, set on the function itself
             attributes.append(attribute)

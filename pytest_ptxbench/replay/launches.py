@@ -115,11 +115,16 @@ class LaunchList:
         return cls(int(raw["placement"]), tuple(_operation(op) for op in raw["operations"]))
 
     def problems(self, placement: Placement, writable: set[str]) -> list[str]:
-        """What the harness refuses to replay: memory operations outside the call's buffers, or writing into
-        a buffer the launcher may only read."""
+        """What the harness refuses to replay: memory operations outside the call's buffers, writing into a
+        buffer the launcher may only read, or a kernel to start early after anything but a kernel."""
         found = []
-        for op in self.operations:
+        for before, op in zip((None, *self.operations), self.operations, strict=False):
             if isinstance(op, Kernel):
+                if "programmatic" in op.attributes and not isinstance(before, Kernel):
+                    ahead = "the call's start" if before is None else f"a {type(before).__name__.lower()}"
+                    found.append(
+                        f"{op.name} is to overlap {ahead}; only a kernel may be overlapped (programmatic launch)"
+                    )
                 continue
             what = type(op).__name__.lower()
             target = placement.owner(op.dst, op.nbytes)

@@ -23,6 +23,8 @@
 //         BM = 128 (D 64): consumer w computes dQ rows [64w, 64w+64), all 64 columns.
 //         At the end dK·scale and dV are stored straight from the accumulators.
 //  3. attn_bwd_dq: dQ = bf16(accumulator · scale).
+//  Launches 2 and 3 are programmatic dependent launches: each kernel's CTAs are placed while the one before still
+//  runs, and only the threads that read its results (the TMA producer's Delta, the dQ writer, attn_bwd_dq) wait.
 //
 // D = 96 is padded to DP = 128: TMA zero-fills the columns 96..127, so the padded products are exact.
 // Rows past S (queries or keys) read as zeros from TMA and are masked out of P and dS.
@@ -139,6 +141,11 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, ui
 
 // Makes this thread's generic-proxy shared-memory writes visible to the async proxy (wgmma, bulk copies).
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// Programmatic dependent launch: this CTA lets the next kernel's CTAs be placed; this thread waits until the
+// previous kernel has finished and its writes are visible (both no-ops in a launch without the attribute).
+__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void wait_for_previous() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 // Named barrier 1 over the two consumer warpgroups (barrier 0 is __syncthreads).
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(CONSUMER_THREADS) : "memory"); }
@@ -270,6 +277,7 @@ __global__ void __launch_bounds__(256) attn_bwd_prep(const __nv_bfloat16* __rest
                                                      const __nv_bfloat16* __restrict__ dO,
                                                      float* __restrict__ dq_acc, float* __restrict__ delta,
                                                      long long rows) {
+    launch_dependents();
     const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 16;
     const int sub = threadIdx.x & 15;
     float sum = 0.f;
@@ -297,6 +305,7 @@ __global__ void __launch_bounds__(256) attn_bwd_prep(const __nv_bfloat16* __rest
 template <int D>
 __global__ void __launch_bounds__(256) attn_bwd_dq(const float* __restrict__ dq_acc, __nv_bfloat16* __restrict__ dQ,
                                                    long long quads, float scale) {
+    wait_for_previous();                                 // the main kernel's last reduction into dq_acc
     const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= quads) return;
     const long long row = idx / (D / 4);
@@ -344,6 +353,7 @@ attn_bwd_main(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         mbar_init(dq_full, CONSUMER_THREADS);
         mbar_init(dq_empty, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        launch_dependents();
     }
     __syncthreads();
 
@@ -358,6 +368,7 @@ attn_bwd_main(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 tma_load_3d(sb + C::K_OFF + p * C::KV_PANEL, &tm_k, kv_bar, 64 * p, k0, bh);
                 tma_load_3d(sb + C::V_OFF + p * C::KV_PANEL, &tm_v, kv_bar, 64 * p, k0, bh);
             }
+            wait_for_previous();                         // Delta, written by attn_bwd_prep
             int s = 0;
             uint32_t phase = 0;
             for (int i = first_q; i < nqb; ++i) {
@@ -375,6 +386,7 @@ attn_bwd_main(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
             }
         } else if (warp == 1 && lane == 0) {
             // dQ writer: one bulk fp32 reduction of the staged [rows x D] partial per step.
+            wait_for_previous();                         // dq_acc, zeroed by attn_bwd_prep
             uint32_t phase = 0;
             for (int i = first_q; i < nqb; ++i) {
                 mbar_wait(dq_full, phase);
@@ -601,6 +613,25 @@ bool encode_flat(CUtensorMap* map, const float* ptr, long long n, int box) {
                                   CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// A launch that may start while the previous kernel on the stream still runs (programmatic dependent launch): its
+// CTAs are placed once every CTA of that kernel has executed launch_dependents, and wait_for_previous holds the
+// threads that read its results. Saves each boundary's drain and launch (the three kernels run back to back).
+template <class... Params, class... Args>
+cudaError_t launch_early(void (*kernel)(Params...), unsigned grid, unsigned threads, size_t smem, cudaStream_t stream,
+                         Args... args) {
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(grid);
+    config.blockDim = dim3(threads);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
 template <int D>
 cudaError_t launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16* V, const __nv_bfloat16* O,
                    const __nv_bfloat16* dO, const float* LSE, __nv_bfloat16* dQ, __nv_bfloat16* dK,
@@ -618,12 +649,14 @@ cudaError_t launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bf
     if (err != cudaSuccess) return err;
 
     attn_bwd_prep<D><<<(unsigned)((rows + 15) / 16), 256, 0, stream>>>(O, dO, dq_acc, delta, rows);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
     const long long blocks = (long long)BH * ((S + BN - 1) / BN);
-    attn_bwd_main<D><<<(unsigned)blocks, THREADS, C::SMEM_BYTES, stream>>>(tm_q, tm_do, tm_k, tm_v, tm_lse, tm_delta,
-                                                                          dq_acc, dK, dV, S, causal, scale);
+    err = launch_early(attn_bwd_main<D>, (unsigned)blocks, THREADS, C::SMEM_BYTES, stream, tm_q, tm_do, tm_k, tm_v,
+                       tm_lse, tm_delta, dq_acc, dK, dV, S, causal, scale);
+    if (err != cudaSuccess) return err;
     const long long quads = rows * (D / 4);
-    attn_bwd_dq<D><<<(unsigned)((quads + 255) / 256), 256, 0, stream>>>(dq_acc, dQ, quads, scale);
-    return cudaGetLastError();
+    return launch_early(attn_bwd_dq<D>, (unsigned)((quads + 255) / 256), 256, 0, stream, (const float*)dq_acc, dQ,
+                        quads, scale);
 }
 
 bool aligned16(const void* p) { return p && (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
