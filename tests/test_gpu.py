@@ -95,18 +95,24 @@ def attention_fwd() -> Family:
 
 
 @pytest.mark.parametrize(
-    ("task", "batch"),
-    [("attention_fwd-d128-causal", 1), ("attention_fwd-d64-full", 1), ("attention_fwd-d64-causal", 16)],
+    ("task", "batch", "length"),
+    [
+        ("attention_fwd-d128-causal", 1, 512),
+        ("attention_fwd-d64-full", 1, 512),
+        ("attention_fwd-d64-causal", 16, 512),
+        ("attention_fwd-d64-causal", 16, 576),
+    ],
 )
 def test_reference_attention_forward_passes_every_stage_with_persistent_ctas(
-    pipeline: Pipeline, attention_fwd: Family, task: str, batch: int
+    pipeline: Pipeline, attention_fwd: Family, task: str, batch: int, length: int
 ) -> None:
     """More tiles than the H200's 132 SMs: one CTA per SM takes tiles from a counter and hands each to its consumer
     warpgroups through the workspace. Racecheck included: it reported the hand-over through shared memory as a race.
-    d64 causal at S 512 (tiles of two to four key blocks) is where a wrong order of the three consumer warpgroups'
-    last named-barrier hand-off deadlocked on the H200 (once within 41 launches, once within 2,010)."""
+    d64 causal at S 512 runs two consumer warpgroups (three would pad 512 rows to 576); d64 without the mask, and
+    causal at S 576 (tiles of two to five key blocks), run three, where a wrong order of their last named-barrier
+    hand-off deadlocked on the H200 (causal at S 512, once within 41 launches, once within 2,010)."""
     source = (TASKS / "reference" / "h100" / "attention_fwd.cu").read_text()
-    shape = Shape({"B": batch, "H": 48, "S": 512}, f"b{batch}-h48-s512", hidden=True)
+    shape = Shape({"B": batch, "H": 48, "S": length}, f"b{batch}-h48-s{length}", hidden=True)
     verdicts = _evaluate(pipeline, attention_fwd, source, task, shape)
     assert {s: v.status for s, v in verdicts.items()} == dict.fromkeys(
         ("build", "inspect", "check", "profile", "sanitize", "time"), Status.PASSED

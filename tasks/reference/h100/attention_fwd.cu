@@ -37,13 +37,13 @@ namespace {
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
 
-template <int D_, bool PERSISTENT_>
+// Consumer warpgroups, 64 query rows each. d64 is bound by the softmax, not the tensor cores: a third
+// warpgroup gives each one's exponentials two others' products to hide behind (the launcher may take two).
+template <int D_, bool PERSISTENT_, int CONSUMERS_ = (D_ <= 64 ? 3 : 2)>
 struct Config {
     static constexpr int D = D_;
     static constexpr bool PERSISTENT = PERSISTENT_;
-    // Consumer warpgroups, 64 query rows each. d64 is bound by the softmax, not the tensor cores: a third
-    // warpgroup gives each one's exponentials two others' products to hide behind.
-    static constexpr int CONSUMERS = D <= 64 ? 3 : 2;
+    static constexpr int CONSUMERS = CONSUMERS_;
     static constexpr int BM = 64 * CONSUMERS;             // query rows per tile
     static constexpr int THREADS = 128 * (1 + CONSUMERS);
     static constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : 240;   // setmaxnreg: 24 for the producer
@@ -744,10 +744,12 @@ cudaError_t run(const CUtensorMap (&maps)[3], __nv_bfloat16* O, float* LSE, int*
 // Persistent CTAs (one per SM, tiles handed out by a counter in the workspace) pay off where a tile has few key
 // blocks to spread its own start and end over, and at D <= 128 at every length; at d256 (one Q buffer) one CTA per
 // tile is faster from 17 key blocks up (measured on the H200: MEASUREMENTS.md, fifteenth and sixteenth sessions).
-template <int D>
+template <int D, int CONSUMERS>
 cudaError_t launch(const void* Q, const void* K, const void* V, __nv_bfloat16* O, float* LSE, int heads, int S,
                    int causal, float scale, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-    constexpr int BM = Config<D, false>::BM, BN = Config<D, false>::BN;
+    using One = Config<D, false, CONSUMERS>;
+    using Persistent = Config<D, true, CONSUMERS>;
+    constexpr int BM = One::BM, BN = One::BN;
     CUtensorMap maps[3];
     if (!encode(&maps[0], Q, heads, S, D, BM) || !encode(&maps[1], K, heads, S, D, BN) ||
         !encode(&maps[2], V, heads, S, D, BN))
@@ -758,11 +760,25 @@ cudaError_t launch(const void* Q, const void* K, const void* V, __nv_bfloat16* O
     if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (err != cudaSuccess) return err;
     const bool persistent = (D <= 128 || (S + BN - 1) / BN <= 16) && tiles > sms && workspace &&
-                            workspace_bytes >= (1 + (size_t)Config<D, true>::QBUF * sms) * sizeof(int) &&
+                            workspace_bytes >= (1 + (size_t)Persistent::QBUF * sms) * sizeof(int) &&
                             (reinterpret_cast<uintptr_t>(workspace) & 3) == 0;
     if (persistent)
-        return run<Config<D, true>>(maps, O, LSE, static_cast<int*>(workspace), heads, S, causal, scale, dim3(sms), stream);
-    return run<Config<D, false>>(maps, O, LSE, nullptr, heads, S, causal, scale, dim3((S + BM - 1) / BM, heads), stream);
+        return run<Persistent>(maps, O, LSE, static_cast<int*>(workspace), heads, S, causal, scale, dim3(sms), stream);
+    return run<One>(maps, O, LSE, nullptr, heads, S, causal, scale, dim3((S + BM - 1) / BM, heads), stream);
+}
+
+// Causal d64 takes two consumer warpgroups (128-row tiles) where three (192 rows) would pad the rows by a twelfth
+// more: S 512 and 1000 of the tasks' lengths (measured on an H100, thirty-second session: causal S 1000 4% faster;
+// without the mask the two were 5-6% slower at S 512 and 1000, so full keeps three).
+template <int D>
+cudaError_t launch_d(const void* Q, const void* K, const void* V, __nv_bfloat16* O, float* LSE, int heads, int S,
+                     int causal, float scale, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+    constexpr int TILE = 64 * Config<D, false>::CONSUMERS;
+    const long long padded = (long long)(S + TILE - 1) / TILE * TILE, padded2 = (S + 127) / 128 * 128;
+    if (TILE > 128 && causal && 12 * padded > 13 * padded2)
+        return launch<D, 2>(Q, K, V, O, LSE, heads, S, causal, scale, workspace, workspace_bytes, stream);
+    return launch<D, Config<D, false>::CONSUMERS>(Q, K, V, O, LSE, heads, S, causal, scale, workspace, workspace_bytes,
+                                                  stream);
 }
 
 }  // namespace
@@ -777,10 +793,10 @@ extern "C" cudaError_t ptxbench_attention_fwd(const __nv_bfloat16* Q, const __nv
         (reinterpret_cast<uintptr_t>(O) & 15))   // O is written in 16 B row pieces
         return cudaErrorInvalidValue;
     switch (D) {
-        case 64: return launch<64>(Q, K, V, O, LSE, (int)heads, S, causal, scale, workspace, workspace_bytes, stream);
-        case 96: return launch<96>(Q, K, V, O, LSE, (int)heads, S, causal, scale, workspace, workspace_bytes, stream);
-        case 128: return launch<128>(Q, K, V, O, LSE, (int)heads, S, causal, scale, workspace, workspace_bytes, stream);
-        case 256: return launch<256>(Q, K, V, O, LSE, (int)heads, S, causal, scale, workspace, workspace_bytes, stream);
+        case 64: return launch_d<64>(Q, K, V, O, LSE, (int)heads, S, causal, scale, workspace, workspace_bytes, stream);
+        case 96: return launch_d<96>(Q, K, V, O, LSE, (int)heads, S, causal, scale, workspace, workspace_bytes, stream);
+        case 128: return launch_d<128>(Q, K, V, O, LSE, (int)heads, S, causal, scale, workspace, workspace_bytes, stream);
+        case 256: return launch_d<256>(Q, K, V, O, LSE, (int)heads, S, causal, scale, workspace, workspace_bytes, stream);
         default: return cudaErrorInvalidValue;
     }
 }
