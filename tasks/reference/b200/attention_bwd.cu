@@ -17,6 +17,8 @@
 //                       dK += dSᵀ·Qᵢ         (A = dSᵀ bf16 in TMEM, B = Qᵢ MN-major smem)
 //                       dQᵢ = dSᵢ·K          (A = dSᵢ from smem, MN-major, B = K MN-major), red.add into fp32
 //   3. dq_convert     dQ = bf16(dQ accumulator).
+//   Kernels 2 and 3 are programmatic dependent launches: their CTAs are placed while the kernel before still runs
+//   and wait (griddepcontrol.wait) before touching anything it wrote.
 // Keys are TMEM lanes (thread = key row), so the per-query LSE and Dsum are per column: the compute
 // warpgroup stages them in shared memory, read back as broadcasts.
 //
@@ -91,6 +93,10 @@ __host__ __device__ constexpr uint32_t idesc(int n, bool a_mn_major, bool b_mn_m
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
+
+// ---- programmatic dependent launch (no-ops in a launch without the attribute) ----
+__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void wait_for_previous() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 // ---- mbarrier ----
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
@@ -245,6 +251,7 @@ __device__ __forceinline__ void store_rows(uint32_t taddr, __nv_bfloat16* out, i
 // Dsum[r] = sum_d dO[r, d] · O[r, d] and dq_acc[r, :] = 0, one warp per row.
 __global__ void dot_do_o_kernel(const __nv_bfloat16* __restrict__ dO, const __nv_bfloat16* __restrict__ O,
                                 float* __restrict__ dsum, float* __restrict__ dq_acc, long rows, int D) {
+    launch_dependents();
     const long r = (long(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
     const int lane = threadIdx.x % 32;
     if (r >= rows) return;
@@ -270,6 +277,7 @@ __global__ void dot_do_o_kernel(const __nv_bfloat16* __restrict__ dO, const __nv
 
 // dQ = bf16(accumulator), 8 elements a thread.
 __global__ void dq_convert_kernel(const float* __restrict__ acc, __nv_bfloat16* __restrict__ dQ, long n8) {
+    wait_for_previous();                        // the main kernel's last red.add into the accumulator
     const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n8) return;
     const float4 a = reinterpret_cast<const float4*>(acc)[2 * i];
@@ -335,6 +343,8 @@ attention_bwd_tcgen05_kernel(const __grid_constant__ CUtensorMap tmQ, const __gr
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     }
     if (warp == MMA_WARP) tmem_alloc(smem_u32(&tmem_slot), 512);
+    if (threadIdx.x == 0) launch_dependents();
+    wait_for_previous();                        // Dsum and the zeroed dQ accumulator, from dot_do_o
     tc_fence_before();
     __syncthreads();
     tc_fence_after();
@@ -584,6 +594,23 @@ bool encode_heads(CUtensorMap* map, const void* ptr, int BH, int S, int D) {
                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// A launch that may start while the previous kernel on the stream still runs (programmatic dependent launch).
+template <class... Params, class... Args>
+cudaError_t launch_early(void (*kernel)(Params...), dim3 grid, unsigned threads, size_t smem, cudaStream_t stream,
+                         Args... args) {
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = dim3(threads);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
 template <int D>
 cudaError_t launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16* V, const __nv_bfloat16* O,
                    const __nv_bfloat16* dO, const float* LSE, __nv_bfloat16* dQ, __nv_bfloat16* dK,
@@ -599,12 +626,14 @@ cudaError_t launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bf
     if (err != cudaSuccess) return err;
     const long rows = long(BH) * S;
     dot_do_o_kernel<<<unsigned((rows + 7) / 8), 256, 0, stream>>>(dO, O, dsum, dq_acc, rows, D);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
     const dim3 grid(unsigned(BH), unsigned((S + BN - 1) / BN));
-    attention_bwd_tcgen05_kernel<D><<<grid, THREADS, C::SMEM_BYTES, stream>>>(tmQ, tmK, tmV, tmdO, LSE, dsum, dq_acc,
-                                                                             dK, dV, S, causal, scale);
+    err = launch_early(attention_bwd_tcgen05_kernel<D>, grid, THREADS, C::SMEM_BYTES, stream, tmQ, tmK, tmV, tmdO, LSE,
+                       (const float*)dsum, dq_acc, dK, dV, S, causal, scale);
+    if (err != cudaSuccess) return err;
     const long n8 = rows * D / 8;
-    dq_convert_kernel<<<unsigned((n8 + 255) / 256), 256, 0, stream>>>(dq_acc, dQ, n8);
-    return cudaGetLastError();
+    return launch_early(dq_convert_kernel, dim3(unsigned((n8 + 255) / 256)), 256, 0, stream, (const float*)dq_acc, dQ,
+                        n8);
 }
 
 }  // namespace
