@@ -1,7 +1,8 @@
 // Reference Hopper (sm_90a) attention forward: O = softmax(Q·Kᵀ·scale [+ causal mask])·V and the
 // natural-log LSE of every row, Q, K, V, O as [B, H, S, D] bf16, LSE [B, H, S] fp32.
 //
-// Design (FlashAttention-3 style; a tile is 64 query rows per consumer warpgroup of one head: 192 at D 64, else 128)
+// Design (FlashAttention-3 style; a tile is 64 query rows per consumer warpgroup of one head: 192 at D 64 (128 where
+// causal and 192 would pad the rows by a twelfth more), else 128)
 //  * Two schedules of one kernel (the PERSISTENT flag; the launcher picks): one CTA per tile, or one CTA per
 //    SM taking tiles from a counter in the workspace (a CTA claims its next tile as it loads the current one's
 //    last key block), the next tile's Q loaded (a second Q buffer) while the current one finishes, so that tiles
