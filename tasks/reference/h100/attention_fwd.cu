@@ -5,8 +5,8 @@
 // causal and 192 would pad the rows by a twelfth more), else 128)
 //  * Two schedules of one kernel (the PERSISTENT flag; the launcher picks): one CTA per tile, or one CTA per
 //    SM taking tiles from a counter in the workspace (a CTA claims its next tile as it loads the current one's
-//    last key block), the next tile's Q loaded (a second Q buffer) while the current one finishes, so that tiles
-//    with few key blocks do not each pay their own start and end.
+//    last key block), the next tile's Q loaded (a second Q buffer) and its slot read while the current one finishes,
+//    so that tiles with few key blocks do not each pay their own start and end.
 //  * 1 + CONSUMERS warpgroups (3 consumers at D 64, 2 above: 512 or 384 threads), warp-specialised:
 //      - warpgroup 0: producer (setmaxnreg.dec 24). One thread issues TMA loads: each tile's Q once,
 //        then the K and V blocks into a ring of STAGES slots (K and V on separate barriers, so that Q·Kᵀ
@@ -355,25 +355,30 @@ __device__ __forceinline__ void softmax_block(float (&s)[BN / 2], float (&m)[2],
                                               float scale_log2) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        float mx = -INFINITY;
+        // Four partial maxima and sums: one chain of BN / 4 dependent steps each was the softmax's latency.
+        float part[4];
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+        for (int i = 0; i < 4; ++i) part[i] = fmaxf(s[4 * i + 2 * h], s[4 * i + 2 * h + 1]);
+#pragma unroll
+        for (int j = 4; j < BN / 8; ++j) part[j % 4] = fmaxf(part[j % 4], fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+        float mx = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
         const float m_new = fmaxf(m[h], mx * scale_log2);
         const float m_use = m_new == -INFINITY ? 0.f : m_new;   // a row with nothing visible yet
         correction[h] = exp2_approx(m[h] - m_use);
         m[h] = m_new;
-        float sum = 0.f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) part[i] = 0.f;
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const float p = exp2_approx(fmaf(s[4 * j + 2 * h + e], scale_log2, -m_use));
                 s[4 * j + 2 * h + e] = p;
-                sum += p;
+                part[2 * (j % 2) + e] += p;
             }
-        l[h] = l[h] * correction[h] + sum;
+        l[h] = l[h] * correction[h] + ((part[0] + part[1]) + (part[2] + part[3]));
     }
 }
 
@@ -571,14 +576,25 @@ attention_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_co
     if (PINGPONG)
         for (int c = 0; c < cw; ++c) named_arrive<CONSUMERS>(1 + c);
 
+    // Tile n's Q buffer full, then (persistent) its slot read. With two Q buffers the next tile's is read before the
+    // current tile's epilogue, so the load's latency hides behind it (d64 S 512: 5% faster on an H100). Not earlier:
+    // the producer loads the next Q only after this tile's last ring slots, which this warpgroup still has to pass.
+    auto claim = [&](int n) {
+        mbar_wait(sm.full_q + 8 * (n % QBUF), (n / QBUF) & 1);
+        int t = 0;
+        if (C::PERSISTENT)
+            asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(t) : "l"(slot_of<C>(work, n % QBUF)) : "memory");
+        return t;
+    };
+    constexpr bool EARLY = C::PERSISTENT && QBUF == 2;
+    int claimed = EARLY ? claim(0) : 0;
     int ring = 0;                                       // ring position of the next tile's first block
     for (int n = 0; C::PERSISTENT || n == 0; ++n) {
         const uint32_t qs = 8 * (n % QBUF);
-        mbar_wait(sm.full_q + qs, (n / QBUF) & 1);
+        if (!EARLY) claimed = claim(n);
         int t = 0;
         if (C::PERSISTENT) {
-            asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(t) : "l"(slot_of<C>(work, qs / 8)) : "memory");
-            t = (int)__reduce_or_sync(0xffffffffu, (unsigned)t);   // the same in every lane: now uniform to ptxas
+            t = (int)__reduce_or_sync(0xffffffffu, (unsigned)claimed);   // the same in every lane: now uniform to ptxas
             if (t < 0) break;
         }
         const uint32_t q_tile = sm.q + (qs / 8) * C::Q_BYTES + cw * 64 * 128;
@@ -685,6 +701,7 @@ attention_fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_co
             release(sm.empty_v + slot(kb));
         }
         ring += padded(k_end);
+        if (EARLY) claimed = claim(n + 1);
 
         // ---------------- epilogue ----------------
         float inv[2], total[2];
