@@ -2,8 +2,9 @@
 """The reference kernels on every task and shape of a family, without the harness's other stages: the harness's
 build stage, the launcher called with inputs drawn as N(0, 1) (derived and host inputs made by the task file's
 functions), every output checked against the fp32 reference under the task's element rule, then timed against
-the family's vendor baseline (CUDA events, L2 flushed before each run, 10 warm-ups, median of 30). A line per
-shape as it goes; last, a summary per task with issue 20's goals marked.
+the family's vendor baseline (CUDA events, L2 flushed and the GPU held busy while the call is enqueued before
+each run, 10 warm-ups, median of 30). A line per shape as it goes; last, a summary per task with issue 20's goals
+marked.
 
 Usage (from the checkout on the GPU machine; the paged families need FlashInfer's wheels, see README):
   PYTHONPATH=. python3 scripts/bench_reference.py table    # gemm, attention_fwd, attention_bwd: the whole table
@@ -50,6 +51,7 @@ SEED = 1
 TORCH = {"bf16": torch.bfloat16, "fp32": torch.float32, "i32": torch.int32}
 TABLE = ("gemm", "attention_fwd", "attention_bwd")
 CORE = "gemm-n7168-k5120"
+HOLD_MS = 0.5  # the GPU kept busy before each timed window while the host enqueues the call
 
 
 def build(source: Path, family: Family) -> tuple[ctypes.CDLL, Verdict]:
@@ -77,14 +79,18 @@ def interleaved_ms(
     fns: list[Callable[[], object]], runs: int = 30, warmup: int = 10, tick: Callable[[], None] = lambda: None
 ) -> list[float]:
     """The median time of each function, run in turn (so that clocks and heat weigh on each alike), the L2
-    flushed before every run. The call is enqueued while the flush still runs, so that the host's time in the
-    launcher (or in torch's dispatch) stays out of the timed window, as it does in the harness's kernel span."""
+    flushed before every run. The call is enqueued while the GPU still flushes and then spins for HOLD_MS, so
+    that the host's time in the launcher (or in torch's dispatch) stays out of the timed window, as it does in
+    the harness's kernel span: the flush alone (about 35 us) let a slow dispatch leak into the vendor's times at
+    the 0.1 ms shapes."""
     flush = torch.empty(2 * torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.uint8, device="cuda")
+    hold_cycles = int(HOLD_MS * 2e6)  # at up to 2 GHz (H100 and H200 boost to 1.98 GHz); longer at lower clocks
     times: list[list[float]] = [[] for _ in fns]
     for i in range(warmup + runs):
         for fn, kept in zip(fns, times, strict=True):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             flush.zero_()
+            torch.cuda._sleep(hold_cycles)
             start.record()
             fn()
             end.record()
