@@ -366,6 +366,12 @@ def stage_times(run: Path) -> list[str]:
         )
         lines.append(f"{row['id']:<40} {cells}  total {sum(seconds.values()):.1f}")
         data = {v["stage"]: v.get("data", {}) for v in row["verdicts"]}
+        timed = data.get("time", {})
+        if "idle_median_ms" in timed:  # the GPU idle inside each side's span: gaps between a call's launches
+            lines.append(
+                f"{'':<40} time {timed['median_ms']:.4f} ms (idle {timed['idle_median_ms']:.4f}), baseline"
+                f" {timed['baseline_median_ms']:.4f} ms (idle {timed['baseline_idle_median_ms']:.4f})"
+            )
         if "capture_seconds" in data.get("check", {}):  # the replay's own overhead, inside check
             lines.append(
                 f"{'':<40} capture {data['check']['capture_seconds']:.1f} s, runner start"

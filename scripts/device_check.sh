@@ -10,7 +10,8 @@
 #   bash scripts/device_check.sh attention  # the reference attention kernels, d128 at S 4096, every stage
 #   bash scripts/device_check.sh baselines  # FlashInfer as the baseline, cuDNN's backward under the task's check
 #   bash scripts/device_check.sh triton     # the Triton references at the core shapes, every stage
-#   bash scripts/device_check.sh suite      # the whole GPU suite, then one candidate at the core GEMM shape
+#   bash scripts/device_check.sh suite [S]  # the whole GPU suite (-n 3, stopped after S seconds, 480 by default), then
+#                                         # the reference at the core GEMM shape through the main job
 #   bash scripts/device_check.sh decode     # the paged decode reference at its core shapes against FlashInfer
 #                                           # (FlashInfer's wheels carried in .whl-flashinfer/)
 #   bash scripts/device_check.sh paged      # both paged families' references at their first visible shape, every
@@ -61,12 +62,14 @@ if [ "${1:-}" = triton ]; then
   exit 0
 fi
 if [ "${1:-}" = suite ]; then
-  python3 -m pytest tests/test_gpu.py tests/test_sandbox.py -q -rA -p no:cacheprovider --durations=6 \
-    --basetemp=/tmp/gpu-tests > "$out/suite.log" 2>&1; echo "GPU suite rc=$?"
+  # stopped with SIGINT after ${2:-480} s, so that whatever ran is still reported (pass and fail by name)
+  timeout -s INT -k 15 "${2:-480}" python3 -m pytest tests/test_gpu.py tests/test_sandbox.py -n 3 -v -rA --tb=short \
+    -p no:cacheprovider --durations=6 --basetemp=/tmp/gpu-tests > "$out/suite.log" 2>&1; echo "GPU suite rc=$? (${SECONDS} s)"
   python3 -m pytest tasks --ptx-model=reference -k gemm-n7168-k5120-h100-m8192 --ptx-shapes=visible -rA \
     -p no:cacheprovider --durations=2 --ptx-out=/tmp/core > "$out/core.log" 2>&1; echo "core main job rc=$?"
   tar czf "$out/core.tgz" -C /tmp core/results.jsonl core/environment.json 2>/dev/null
   grep -E "^(FAILED|ERROR)|^core GEMM|^[0-9.]+s (call|setup)" "$out/suite.log"; tail -n 1 "$out/suite.log"
+  echo "$(grep -c '^PASSED' "$out/suite.log") passed by name"
   grep -E "^[0-9.]+s (call|setup)" "$out/core.log"; sed -n '/= ptxbench =/,/^$/p' "$out/core.log"
   python3 scripts/controls.py --stages /tmp/core
   exit 0
