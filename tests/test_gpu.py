@@ -3,9 +3,12 @@ candidates fail for the stated reason. Skipped with the reason on machines witho
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import statistics
 from collections.abc import Iterator
 from pathlib import Path
+from time import sleep
 from typing import Any
 
 import pytest
@@ -17,6 +20,7 @@ from pytest_ptxbench.rundir import RunDirectory
 from pytest_ptxbench.settings import defaults
 from pytest_ptxbench.targets import TARGETS
 from pytest_ptxbench.task.catalogue import Family, Shape, Task, load_family
+from pytest_ptxbench.toolchain import find_library
 from pytest_ptxbench.verdict import Outcome, Status, Verdict, decide
 
 from .conftest import DESCRIPTORS_CACHED_ON_M, ON_ANOTHER_STREAM, PLANTED, REFERENCE_GEMM, TASKS, planted_variant
@@ -26,10 +30,15 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
-def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
-    devices = detect_devices()
-    if device_for(H100, devices) is None:
-        pytest.skip(missing_device(H100, devices))
+def devices() -> list[Any]:
+    found = detect_devices()
+    if device_for(H100, found) is None:
+        pytest.skip(missing_device(H100, found))
+    return found
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory: pytest.TempPathFactory, devices: list[Any]) -> Iterator[Pipeline]:
     settings: dict[str, Any] = defaults()
     settings.update(runs=20, warmup=3, call_timeout=30, model="tests")
     made = Pipeline(RunDirectory(tmp_path_factory.mktemp("run")), lambda: devices, settings)
@@ -405,6 +414,64 @@ def test_a_kernel_left_running_costs_the_candidate_not_the_baseline(pipeline: Pi
     assert time.passed, time.message
     assert time.data["median_ms"] > 10, time.data["median_ms"]  # the ~20 ms heater is in the candidate's span
     assert time.data["baseline_median_ms"] < 1, time.data["baseline_median_ms"]  # cuBLAS at M256: microseconds
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_memsets_and_copies_at_the_ends_of_a_call_are_timed(pipeline: Pipeline, gemm: Family, where: str) -> None:
+    """A launcher that clears and copies its workspace 100 times before its kernels, or after them: those
+    memsets and copies are the call's work, and the span holds them (it held kernels only before)."""
+    source = (PLANTED / "needs_a_zeroed_workspace.cu").read_text()
+    chores = (
+        "for (int r = 0; r < 100; ++r) {"
+        " cudaMemsetAsync(acc, 0, 4 * (size_t)M * N, stream);"
+        " cudaMemcpyAsync(acc, acc + (size_t)M * N / 2, 2 * (size_t)M * N, cudaMemcpyDeviceToDevice, stream); }"
+    )
+    if where == "before":
+        source = source.replace("// CLEAR", chores)
+    else:
+        clear = "cudaMemsetAsync(acc, 0, 4 * (size_t)M * N, stream);"
+        source = source.replace("// CLEAR", clear).replace(
+            "    return cudaGetLastError();\n}", f"    {chores}\n    return cudaGetLastError();\n}}"
+        )
+    assert chores in source
+    time = _run(pipeline, _no_opcodes(gemm), source)["time"]
+    assert time.passed, time.message
+    # 200 memsets and copies of 128 KiB, at a microsecond or more each; the two kernels take tens of microseconds
+    assert time.data["median_ms"] > 0.15, time.data
+
+
+@pytest.mark.parametrize(("hold_ns", "idle"), [(0, "the pause"), (500_000, "none")])
+def test_the_host_between_a_calls_launches_is_not_timed(devices: list[Any], hold_ns: int, idle: str) -> None:
+    """A call that pauses on the host between two launches: with no hold the pause is idle time inside the
+    span; with the hold the whole call is enqueued before any of it runs, and the pause is gone."""
+    from pytest_ptxbench.child.cudart import Runtime
+    from pytest_ptxbench.child.timing import Clock
+    from pytest_ptxbench.child.tracing import Tracer
+
+    library = find_library("libcudart.so.13")
+    assert library is not None
+    runtime = Runtime(library)
+    nbytes = 1 << 20
+    buffer, stream = runtime.malloc(nbytes), runtime.stream()
+    clock = Clock(runtime, Tracer(), stream, hold_ns=hold_ns)
+
+    def call() -> int:
+        first = runtime.lib.cudaMemsetAsync(
+            ctypes.c_void_p(buffer), 0, ctypes.c_size_t(nbytes), ctypes.c_void_p(stream)
+        )
+        sleep(0.0003)
+        return int(
+            first
+            or runtime.lib.cudaMemsetAsync(ctypes.c_void_p(buffer), 1, ctypes.c_size_t(nbytes), ctypes.c_void_p(stream))
+        )
+
+    runs = clock.runs(20, 0, lambda i: None, call)
+    assert all(r["kernels"] == [] for r in runs)  # the hold is taken out; the memsets are no kernels
+    median_idle = statistics.median(r["idle_ms"] for r in runs)
+    if idle == "the pause":
+        assert median_idle > 0.2, [r["idle_ms"] for r in runs]
+    else:
+        assert median_idle < 0.1, [r["idle_ms"] for r in runs]
 
 
 @pytest.mark.parametrize("calls_before_timing", [4, 0])

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pytest_ptxbench.agent import feedback
-from pytest_ptxbench.child import wire
+from pytest_ptxbench.child import tracing, wire
 from pytest_ptxbench.gpu import Prepared, compare_saved
 from pytest_ptxbench.languages import CUDA, LANGUAGES
 from pytest_ptxbench.parsers import ncu, sass
@@ -207,17 +207,51 @@ def test_timing_problems() -> None:
         "no kernel ran in timed runs [1]",
         "kernels outlasted the timed region in runs [2]",
     ]
+    named_like_the_hold = timing.problems_in([_run(0, 1.0, [tracing.HOLD])], {tracing.HOLD})
+    assert named_like_the_hold == [f"a kernel is named {tracing.HOLD}, the name the harness reserves for its own"]
+
+
+def _activity(kind: str, start_us: float, end_us: float, name: str = "") -> tracing.Activity:
+    return tracing.Activity(kind, name or kind, int(start_us * 1000), int(end_us * 1000))
+
+
+def test_the_span_holds_memsets_and_copies_at_either_end() -> None:
+    """A call's memsets and copies are its work: the span runs from the first activity of any kind to the
+    last, and the idle time is what none of them covers."""
+    call = [
+        _activity("memset", 0, 10),
+        _activity("kernel", 12, 50, "gemm"),
+        _activity("kernel", 20, 30, "gemm"),
+        _activity("memcpy", 55, 60),
+    ]
+    assert tracing.span_ms(call) == pytest.approx(0.060)
+    assert tracing.idle_ms(call) == pytest.approx(0.007)  # 10-12 and 50-55
+    assert tracing.span_ms(call[1:3]) == pytest.approx(0.038) and tracing.idle_ms(call[1:3]) == 0
+
+
+def test_the_hold_is_never_the_calls_work() -> None:
+    """Only the earliest kernel named like the hold is taken out: a later one counts, work that overlaps the
+    hold counts from its own start, and a trace without the hold is refused."""
+    hold = _activity("kernel", 0, 500, tracing.HOLD)
+    early = _activity("kernel", 100, 700, "gemm")  # another stream's work that began during the hold
+    late = _activity("kernel", 800, 900, tracing.HOLD)
+    kept = tracing.without_hold([early, late, hold])
+    assert kept == [early, late]
+    assert tracing.span_ms(kept) == pytest.approx(0.8)
+    with pytest.raises(LookupError, match=tracing.HOLD):
+        tracing.without_hold([early, _activity("memset", 0, 500)])
 
 
 def test_timing_verdict_and_the_speed_of_light_floor() -> None:
     flops, nbytes = 2 * 8192 * 7168 * 5120, 2 * (8192 * 5120 + 7168 * 5120 + 8192 * 7168)
-    baseline = timing.Series([0.75] * 10, [0.8] * 10)
+    baseline = timing.Series([0.75] * 10, [0.8] * 10, [0.0] * 10)
     fair = timing.verdict(
-        timing.Series([0.82] * 10, [0.9] * 10), baseline, "cuBLAS", "h100", flops, nbytes, [], {}, 1.0
+        timing.Series([0.82] * 10, [0.9] * 10, [0.01] * 10), baseline, "cuBLAS", "h100", flops, nbytes, [], {}, 1.0
     )
     assert fair.passed and fair.data["speedup"] == pytest.approx(0.75 / 0.82)
+    assert (fair.data["idle_median_ms"], fair.data["baseline_idle_median_ms"]) == (0.01, 0.0)
     impossible = timing.verdict(
-        timing.Series([0.3] * 10, [0.4] * 10), baseline, "cuBLAS", "h100", flops, nbytes, [], {}, 1.0
+        timing.Series([0.3] * 10, [0.4] * 10, [0.0] * 10), baseline, "cuBLAS", "h100", flops, nbytes, [], {}, 1.0
     )
     assert impossible.status is Status.FAILED and "under the speed-of-light floor 0.6080 ms" in impossible.message
     assert impossible.data["floor_ms"] == pytest.approx(flops / 989e12 * 1e3) and impossible.data["median_ms"] == 0.3
@@ -227,14 +261,14 @@ def test_the_time_verdict_carries_the_share_of_the_speed_of_light(gemm: Family) 
     """The roofline's time (FLOPs at the tensor peak, or bytes at the bandwidth, whichever is longer) over the
     measured median, in the verdict's data only, and in the model's feedback."""
     flops, nbytes = 2 * 8192 * 7168 * 5120, 2 * (8192 * 5120 + 7168 * 5120 + 8192 * 7168)
-    baseline = timing.Series([0.75] * 10, [0.8] * 10)
+    baseline = timing.Series([0.75] * 10, [0.8] * 10, [0.0] * 10)
     fair = timing.verdict(
-        timing.Series([0.82] * 10, [0.9] * 10), baseline, "cuBLAS", "h100", flops, nbytes, [], {}, 1.0
+        timing.Series([0.82] * 10, [0.9] * 10, [0.0] * 10), baseline, "cuBLAS", "h100", flops, nbytes, [], {}, 1.0
     )
     assert fair.data["speed_of_light"] == pytest.approx(flops / 989e12 * 1e3 / 0.82)  # compute-bound: 74.1%
     assert fair.message == "0.8200 ms (IQR 0.0000) against cuBLAS 0.7500 ms: 0.915x"  # the message is unchanged
     memory_bound = timing.verdict(
-        timing.Series([0.02] * 10, [0.03] * 10), baseline, "cuBLAS", "h100", 1e6, 48e6, [], {}, 1.0
+        timing.Series([0.02] * 10, [0.03] * 10, [0.0] * 10), baseline, "cuBLAS", "h100", 1e6, 48e6, [], {}, 1.0
     )
     assert memory_bound.data["speed_of_light"] == pytest.approx(48e6 / 4.8e12 * 1e3 / 0.02)  # 50%
     assert "  speed of light: 74.1% of the roofline" in feedback.render([fair], CUDA, gemm).splitlines()

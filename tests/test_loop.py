@@ -461,10 +461,10 @@ def _realistic_verdicts(build_and_inspect: BuildAndInspect, run: Path, scratch: 
         "memcheck: " + " | ".join(findings["memcheck"]),
         {"findings": findings, "unavailable": {}, "compute_sanitizer": "2025.3.1", "shape": {"M": 256}},
     )
-    series = timing.Series([0.82] * 10, [0.9] * 10)
+    series = timing.Series([0.82] * 10, [0.9] * 10, [0.0] * 10)
     timed = timing.verdict(
         series,
-        timing.Series([0.75] * 10, [0.8] * 10),
+        timing.Series([0.75] * 10, [0.8] * 10, [0.0] * 10),
         "cuBLAS",
         "h100",
         work.flops,

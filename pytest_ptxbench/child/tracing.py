@@ -1,27 +1,33 @@
-"""Kernel-level GPU times from CUPTI activity tracing: every kernel on every stream, with its name."""
+"""GPU times from CUPTI activity tracing: every kernel, memset and copy on every stream, with its name."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+HOLD = "ptxbench_hold"  # the harness's own kernel before each timed call (hold.py); a candidate may not use it
+
 
 @dataclass(frozen=True)
-class KernelRecord:
-    name: str  # mangled, as in the cubin
+class Activity:
+    kind: str  # "kernel", "memset" or "memcpy"
+    name: str  # a kernel's mangled name, as in the cubin; the kind for the others
     start_ns: int
     end_ns: int
 
 
 class Tracer:
-    """Records concurrent-kernel activity; `window` returns the kernels that ran between two timestamps."""
+    """Records kernel, memset and copy activity; `window` returns what ran between two timestamps."""
 
     def __init__(self) -> None:
         from cupti import cupti  # the cupti-python wheel; imported only in a child
 
         self._cupti = cupti
-        self._records: list[KernelRecord] = []
-        cupti.activity_enable(cupti.ActivityKind.CONCURRENT_KERNEL)
+        self._records: list[Activity] = []
+        kinds = cupti.ActivityKind
+        self._kinds = {kinds.CONCURRENT_KERNEL: "kernel", kinds.MEMSET: "memset", kinds.MEMCPY: "memcpy"}
+        for kind in self._kinds:
+            cupti.activity_enable(kind)
         cupti.activity_register_callbacks(self._requested, self._completed)
 
     @staticmethod
@@ -30,22 +36,43 @@ class Tracer:
 
     def _completed(self, activities: list[Any]) -> None:
         for a in activities:
-            if a.kind == self._cupti.ActivityKind.CONCURRENT_KERNEL:
-                self._records.append(KernelRecord(str(a.name), int(a.start), int(a.end)))
+            kind = self._kinds.get(a.kind)
+            if kind is not None:
+                name = str(a.name) if kind == "kernel" else kind
+                self._records.append(Activity(kind, name, int(a.start), int(a.end)))
 
     def now(self) -> int:
         return int(self._cupti.get_timestamp())
 
-    def window(self, start_ns: int, end_ns: int) -> list[KernelRecord]:
-        """Kernels that started and ended inside [start_ns, end_ns]; older records are dropped."""
+    def window(self, start_ns: int, end_ns: int) -> list[Activity]:
+        """Activities that started and ended inside [start_ns, end_ns]; older records are dropped."""
         self._cupti.activity_flush_all(1)
         inside = [r for r in self._records if r.start_ns >= start_ns and r.end_ns <= end_ns]
         self._records = [r for r in self._records if r.start_ns > end_ns]
         return inside
 
 
-def span_ms(kernels: list[KernelRecord]) -> float:
-    """From the first kernel's start to the last kernel's end."""
-    if not kernels:
+def without_hold(activities: list[Activity]) -> list[Activity]:
+    """The call's own activities: all but the earliest kernel named like the hold (LookupError if none ran)."""
+    holds = [a for a in activities if a.kind == "kernel" and a.name == HOLD]
+    if not holds:
+        raise LookupError(f"the hold kernel {HOLD!r} is missing from the trace")
+    first = min(holds, key=lambda a: a.start_ns)
+    return [a for a in activities if a is not first]
+
+
+def span_ms(activities: list[Activity]) -> float:
+    """From the first activity's start to the last one's end."""
+    if not activities:
         return 0.0
-    return (max(k.end_ns for k in kernels) - min(k.start_ns for k in kernels)) / 1e6
+    return (max(a.end_ns for a in activities) - min(a.start_ns for a in activities)) / 1e6
+
+
+def idle_ms(activities: list[Activity]) -> float:
+    """The time inside the span when nothing traced ran: the gaps between a call's launches."""
+    idle, reached = 0, None
+    for a in sorted(activities, key=lambda a: a.start_ns):
+        if reached is not None and a.start_ns > reached:
+            idle += a.start_ns - reached
+        reached = a.end_ns if reached is None else max(reached, a.end_ns)
+    return idle / 1e6

@@ -1,9 +1,10 @@
 """Stage *time*: the candidate's latency against the baseline's, measured alike and interleaved.
 
-Kernel-level times come from CUPTI (the span of all kernels of a run, on every stream); CUDA events
-around each run, with a device-wide synchronisation inside, cross-check them. The verdict fails on a
-foreign kernel, a run that launched nothing, a wrong timed output, or a time
-under the speed-of-light floor.
+GPU times come from CUPTI (the span of all kernels, memsets and copies of a run, on every stream, with
+the host's enqueueing kept out by the hold before each call); CUDA events around each run, with a
+device-wide synchronisation inside, cross-check them. The verdict fails on a foreign kernel, a kernel
+named like the harness's hold, a run that launched nothing, a wrong timed output, or a time under the
+speed-of-light floor.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..child.tracing import HOLD
 from ..verdict import Status, Verdict
 
 # Datasheet peaks per target (dense bf16 tensor FLOP/s, HBM bytes/s; H200's bandwidth, B200's figures).
@@ -24,6 +26,7 @@ FLOOR_MARGIN = 0.9  # a time below 90% of the floor is impossible, not fast
 class Series:
     spans_ms: list[float]
     events_ms: list[float]
+    idle_ms: list[float]  # per run, the part of the span when nothing ran
 
     @property
     def median(self) -> float:
@@ -36,7 +39,7 @@ class Series:
 
 
 def series(runs: Sequence[dict[str, Any]]) -> Series:
-    return Series([r["span_ms"] for r in runs], [r["event_ms"] for r in runs])
+    return Series([r["span_ms"] for r in runs], [r["event_ms"] for r in runs], [r["idle_ms"] for r in runs])
 
 
 def floor_ms(target: str, flops: float, nbytes: float) -> float:
@@ -47,6 +50,8 @@ def floor_ms(target: str, flops: float, nbytes: float) -> float:
 def problems_in(runs: Sequence[dict[str, Any]], own_kernels: set[str]) -> list[str]:
     """What the candidate's timed runs show that a fair kernel never does."""
     found = []
+    if HOLD in own_kernels:
+        found.append(f"a kernel is named {HOLD}, the name the harness reserves for its own")
     foreign = sorted({k["name"] for r in runs for k in r["kernels"]} - own_kernels)
     if foreign:
         found.append(f"kernels not in the candidate's module ran while timing: {', '.join(foreign[:5])}")
@@ -75,8 +80,10 @@ def verdict(
         "median_ms": candidate.median,
         "iqr_ms": candidate.iqr,
         "events_median_ms": statistics.median(candidate.events_ms),
+        "idle_median_ms": statistics.median(candidate.idle_ms),
         "baseline_median_ms": baseline.median,
         "baseline_iqr_ms": baseline.iqr,
+        "baseline_idle_median_ms": statistics.median(baseline.idle_ms),
         "baseline": baseline_library,
         "speedup": baseline.median / candidate.median if candidate.median > 0 else None,
         "tflops": flops / candidate.median / 1e9 if candidate.median > 0 else None,
