@@ -391,6 +391,8 @@ class GpuStages:
         data = {
             "libraries": prepared.libraries,
             "kernels": sorted({own.get(k["name"], k["name"]) for r in timed.candidate for k in r["kernels"]}),
+            # the driver's kernels in place of the launch list's memsets and copies, timed as the call's work
+            "driver_kernels": sorted({k["name"] for r in timed.candidate for k in r["driver"]}),
             "rechecked": timed.rechecked,
             # rechecks whose bytes were those the check compared: reused, not compared again
             "rechecks_as_checked": sum(c.digest in compared for c in rechecks),

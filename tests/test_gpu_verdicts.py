@@ -229,6 +229,15 @@ def test_the_span_holds_memsets_and_copies_at_either_end() -> None:
     assert tracing.span_ms(call[1:3]) == pytest.approx(0.038) and tracing.idle_ms(call[1:3]) == 0
 
 
+def test_kernels_no_kernel_node_launched_are_the_drivers() -> None:
+    """In the runner, a kernel its graphs' kernel nodes do not name is the driver's (a memset or copy node run
+    as a kernel): it stays in the span, off the list of the candidate's kernels."""
+    call = [_activity("kernel", 0, 5, "memset32"), _activity("kernel", 5, 40, "gemm"), _activity("memcpy", 40, 42)]
+    marked = tracing.driver_kernels(call, {"gemm"})
+    assert [(a.kind, a.name) for a in marked] == [("driver", "memset32"), ("kernel", "gemm"), ("memcpy", "memcpy")]
+    assert tracing.span_ms(marked) == pytest.approx(0.042)
+
+
 def test_the_hold_is_never_the_calls_work() -> None:
     """Only the earliest kernel named like the hold is taken out: a later one counts, work that overlaps the
     hold counts from its own start, and a trace without the hold is refused."""

@@ -51,6 +51,7 @@ class Runner:
         self.sets: list[dict[str, int]] = []
         self.set_hashes: list[dict[str, str]] = []
         self._clock: Clock | None = None
+        self.kernels: set[str] = set()  # the names the graphs' kernel nodes launch
         self.load()
 
     # device code ---------------------------------------------------------------------------------
@@ -64,7 +65,8 @@ class Runner:
         self._keep = []
         functions = {(op.module, op.name): self._function(op) for launches in self.lists for op in launches.kernels}
         self.graphs = [self._graph(launches, functions) for launches in self.lists]
-        return {"kernels": sorted({name for _, name in functions})}
+        self.kernels = {name for _, name in functions}
+        return {"kernels": sorted(self.kernels)}
 
     def _function(self, op: Kernel) -> Any:
         if op.module and op.module not in self.modules:
@@ -270,6 +272,7 @@ class Runner:
             lambda i: self.prepare(placement, i),
             lambda: self.call(placement),
             keep,
+            self.kernels,
         )
         return {"runs": runs, "saved": saved, "overruns": self.overruns(placement), "idle": self.rt.synchronize() == 0}
 

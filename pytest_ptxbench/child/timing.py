@@ -15,7 +15,7 @@ from typing import Any
 
 from .cudart import Runtime
 from .hold import HOLD_NS, Hold
-from .tracing import Tracer, idle_ms, span_ms, without_hold
+from .tracing import Activity, Tracer, driver_kernels, idle_ms, span_ms, without_hold
 
 
 class RunFailed(RuntimeError):
@@ -37,9 +37,11 @@ class Clock:
         prepare: Callable[[int], None],
         call: Callable[[], int],
         after: Callable[[int], None] = lambda i: None,
+        launched: set[str] | None = None,
     ) -> list[dict[str, Any]]:
         """`count` timed runs; run i uses input set `first + i` (rotated by `prepare`); `after(i)` runs once
-        run i is done, outside the timed region (its outputs are still in place)."""
+        run i is done, outside the timed region (its outputs are still in place). `launched`: the kernels the
+        call launches from the host, where known (the runner's graphs); any other kernel is the driver's."""
         rt = self.runtime
         out = []
         for i in range(first, first + count):
@@ -62,6 +64,8 @@ class Clock:
                 activities = without_hold(traced)
             except LookupError as exc:
                 raise RunFailed(f"run {i}: {exc}") from None
+            if launched is not None:
+                activities = driver_kernels(activities, launched)
             after(i)
             out.append(
                 {
@@ -69,12 +73,15 @@ class Clock:
                     "event_ms": event_ms,
                     "span_ms": span_ms(activities),
                     "idle_ms": idle_ms(activities),
-                    "kernels": [
-                        {"name": a.name, "ms": (a.end_ns - a.start_ns) / 1e6} for a in activities if a.kind == "kernel"
-                    ],
+                    "kernels": _named(activities, "kernel"),
+                    "driver": _named(activities, "driver"),
                 }
             )
         return out
+
+
+def _named(activities: list[Activity], kind: str) -> list[dict[str, Any]]:
+    return [{"name": a.name, "ms": (a.end_ns - a.start_ns) / 1e6} for a in activities if a.kind == kind]
 
 
 def _raise_on(runtime: Runtime, when: str, code: int) -> None:

@@ -10,8 +10,8 @@ HOLD = "ptxbench_hold"  # the harness's own kernel before each timed call (hold.
 
 @dataclass(frozen=True)
 class Activity:
-    kind: str  # "kernel", "memset" or "memcpy"
-    name: str  # a kernel's mangled name, as in the cubin; the kind for the others
+    kind: str  # "kernel", "memset", "memcpy", or "driver" (see driver_kernels)
+    name: str  # a kernel's mangled name, as in the cubin; the kind for memsets and copies
     start_ns: int
     end_ns: int
 
@@ -59,6 +59,16 @@ def without_hold(activities: list[Activity]) -> list[Activity]:
         raise LookupError(f"the hold kernel {HOLD!r} is missing from the trace")
     first = min(holds, key=lambda a: a.start_ns)
     return [a for a in activities if a is not first]
+
+
+def driver_kernels(activities: list[Activity], launched: set[str]) -> list[Activity]:
+    """Kernels not named in `launched` (the graph's kernel nodes) marked as the driver's: in the runner, which
+    runs nothing but its graphs, such a kernel is one the driver runs in place of a memset or copy node
+    (`memset32`, `memcpy32_post`), or one the call's own kernels launched from the device; part of the call."""
+    return [
+        Activity("driver", a.name, a.start_ns, a.end_ns) if a.kind == "kernel" and a.name not in launched else a
+        for a in activities
+    ]
 
 
 def span_ms(activities: list[Activity]) -> float:
