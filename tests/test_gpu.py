@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_ptxbench.candidate import Candidate
+from pytest_ptxbench.child.tracing import Tracer
 from pytest_ptxbench.device import detect_devices, device_for, missing_device, read_clocks
 from pytest_ptxbench.pipeline import Pipeline
 from pytest_ptxbench.rundir import RunDirectory
@@ -440,20 +441,25 @@ def test_memsets_and_copies_at_the_ends_of_a_call_are_timed(pipeline: Pipeline, 
     assert time.data["median_ms"] > 0.15, time.data
 
 
+@pytest.fixture(scope="module")
+def tracer(devices: list[Any]) -> Tracer:
+    """One CUPTI tracer for this process (CUPTI takes one set of activity callbacks per process)."""
+    return Tracer()
+
+
 @pytest.mark.parametrize(("hold_ns", "idle"), [(0, "the pause"), (500_000, "none")])
-def test_the_host_between_a_calls_launches_is_not_timed(devices: list[Any], hold_ns: int, idle: str) -> None:
+def test_the_host_between_a_calls_launches_is_not_timed(tracer: Tracer, hold_ns: int, idle: str) -> None:
     """A call that pauses on the host between two launches: with no hold the pause is idle time inside the
     span; with the hold the whole call is enqueued before any of it runs, and the pause is gone."""
     from pytest_ptxbench.child.cudart import Runtime
     from pytest_ptxbench.child.timing import Clock
-    from pytest_ptxbench.child.tracing import Tracer
 
     library = find_library("libcudart.so.13")
     assert library is not None
     runtime = Runtime(library)
     nbytes = 1 << 20
     buffer, stream = runtime.malloc(nbytes), runtime.stream()
-    clock = Clock(runtime, Tracer(), stream, hold_ns=hold_ns)
+    clock = Clock(runtime, tracer, stream, hold_ns=hold_ns)
 
     def call() -> int:
         first = runtime.lib.cudaMemsetAsync(
