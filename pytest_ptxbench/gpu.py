@@ -196,7 +196,7 @@ class GpuStages:
         early = sorted({k.name for k in captured.lists[0].kernels if "programmatic" in k.attributes})
         try:
             checked, passed = self._check(runner, subject.family, prepared, started)
-            checked.data.update(overhead, early_launches=early)
+            checked.data.update(overhead, early_launches=early, launches=captured.lists[0].outline())
             verdicts = [checked]
             if checked.passed:
                 names = frozenset(k.name for k in captured.lists[0].kernels)

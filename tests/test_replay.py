@@ -70,6 +70,20 @@ def test_launch_lists_round_trip_and_name_what_is_malformed() -> None:
         LaunchList.from_json(raw)
 
 
+def test_the_outline_shows_how_a_call_launched_and_nothing_it_touched() -> None:
+    (placement,) = place(SIZES, 1)
+    c = placement.buffers["C"]
+    plain = dataclasses.replace(_kernel("_Z5otherv"), attributes={})
+    ops = (Memset(c.pointer, 0, 4, 6, 3, 64), _kernel(), plain, Copy(c.pointer, c.pointer, 4), Upload(c.pointer, b"ab"))
+    assert LaunchList(0, ops).outline() == [
+        {"op": "memset", "bytes": 2 * 64 + 6 * 4},
+        {"op": "kernel", "name": "_Z4gemmv", "grid": [2, 1, 1], "block": [128, 1, 1], "cluster": [2, 1, 1]},
+        {"op": "kernel", "name": "_Z5otherv", "grid": [2, 1, 1], "block": [128, 1, 1], "cluster": [1, 1, 1]},
+        {"op": "copy", "bytes": 4},
+        {"op": "upload", "bytes": 2},
+    ]
+
+
 def test_what_the_harness_refuses_to_replay() -> None:
     placements = place(SIZES, 2)
     a, c = placements[0].buffers["A"], placements[0].buffers["C"]

@@ -100,6 +100,22 @@ class LaunchList:
     def kernels(self) -> list[Kernel]:
         return [op for op in self.operations if isinstance(op, Kernel)]
 
+    def outline(self) -> list[dict[str, Any]]:
+        """What the call launched, without addresses or bytes: each kernel's name, grid, block and cluster
+        shape, each memory operation's kind and size (the check verdict's `launches`)."""
+        return [
+            {
+                "op": "kernel",
+                "name": op.name,
+                "grid": list(op.grid),
+                "block": list(op.block),
+                "cluster": list(op.attributes.get("cluster", (1, 1, 1))),
+            }
+            if isinstance(op, Kernel)
+            else {"op": type(op).__name__.lower(), "bytes": op.nbytes}
+            for op in self.operations
+        ]
+
     def to_json(self) -> dict[str, Any]:
         return {
             "format": FORMAT,
