@@ -25,6 +25,7 @@ from pytest_ptxbench.toolchain import find_library
 from pytest_ptxbench.verdict import Outcome, Status, Verdict, decide
 
 from .conftest import DESCRIPTORS_CACHED_ON_M, ON_ANOTHER_STREAM, PLANTED, REFERENCE_GEMM, TASKS, planted_variant
+from .gemm_plans import PAIRS, SPLITS, Case
 
 H100 = TARGETS["h100"]
 pytestmark = pytest.mark.gpu
@@ -205,58 +206,35 @@ def test_a_triton_candidate_that_launches_a_torch_kernel_fails_check(pipeline: P
     assert "kernels not in the candidate's own module were launched" in verdicts["check"].message
 
 
-LARGE, TALL, SHORT = "gemm_bf16_tn_kernel", "gemm_narrow_kernelILi2ELi5E", "gemm_narrow_kernelILi1ELi8E"
-
-
-@pytest.mark.parametrize(
-    ("task", "m", "plan"),
-    [
-        # 168 tiles: 132 whole, 36 split 3 ways in the same launch (slabs; the memset zeroes their counters)
-        ("gemm-n5376-k4096", 972, ["memset", (LARGE, 132, 1)]),
-        ("gemm-n5376-k4096", 232, [(LARGE, 84, 2)]),  # 42 tiles, each split 2 ways across a cluster (DSMEM)
-        # 42 tiles split 3 ways, where 42 clusters of 3 do not fit: a chain of slices (its counters zeroed)
-        ("gemm-n5376-k21504", 232, ["memset", (LARGE, 126, 1)]),
-    ],
-    ids=["last-wave-split", "cluster-split", "chained-split"],
-)
-def test_the_large_gemm_kernels_split_k_passes_every_stage(
-    pipeline: Pipeline, gemm: Family, task: str, m: int, plan: list[object]
-) -> None:
+@pytest.mark.parametrize("case", SPLITS.values(), ids=SPLITS.keys())
+def test_the_large_gemm_kernels_split_k_passes_every_stage(pipeline: Pipeline, gemm: Family, case: Case) -> None:
     """The reference's three split-K reductions on an H100 or H200 (132 SMs: the launcher picks them at these shapes,
     as the captured launches show), every stage: right on every input set and placement, on the rechecked timed
     runs, and under the sanitizers (at M 200 the cluster split at K 4096, the chain at K 21504)."""
-    verdicts = _run(pipeline, gemm, REFERENCE_GEMM, task=task, m=m)
+    verdicts = _run(pipeline, gemm, REFERENCE_GEMM, task=case.task, m=case.m)
     _assert_every_stage_passed(verdicts)
-    assert _plan(verdicts) == plan
+    assert _plan(verdicts) == case.plan
 
 
-@pytest.mark.parametrize(
-    ("task", "m", "plan"),
-    [
-        ("gemm-n5120-k2048", 289, [(TALL, 120, 2)]),  # 120 tiles of 128x128 in 60 clusters of two sharing A rows
-        ("gemm-n6144-k4096", 70, [(SHORT, 96, 2)]),  # 96 tiles of 64x128 in 48 pairs
-    ],
-    ids=["tall-pairs", "short-pairs"],
-)
-def test_the_narrow_gemm_kernels_multicast_pairs_pass_every_stage(
-    pipeline: Pipeline, gemm: Family, task: str, m: int, plan: list[object]
-) -> None:
+@pytest.mark.parametrize("case", PAIRS.values(), ids=PAIRS.keys())
+def test_the_narrow_gemm_kernels_multicast_pairs_pass_every_stage(pipeline: Pipeline, gemm: Family, case: Case) -> None:
     """The BN = 128 kernels' multicast pairs (the launcher picks them at these shapes where 132 SMs take the pairs'
     clusters of two at once), every stage; the sanitizers' M 200 runs 128-row pairs at n6144-k4096 (96 tiles)."""
-    verdicts = _run(pipeline, gemm, REFERENCE_GEMM, task=task, m=m)
+    verdicts = _run(pipeline, gemm, REFERENCE_GEMM, task=case.task, m=case.m)
     _assert_every_stage_passed(verdicts)
-    assert _plan(verdicts) == plan
+    assert _plan(verdicts) == case.plan
 
 
-def _plan(verdicts: dict[str, Verdict]) -> list[object]:
-    """The reference GEMM's launches as captured: "memset", or (its kernel, grid size, cluster size)."""
-    kinds = (LARGE, TALL, SHORT)
-    return [
-        (next((k for k in kinds if k in op["name"]), op["name"]), op["grid"][0], op["cluster"][0])
+def _plan(verdicts: dict[str, Verdict]) -> str:
+    """The reference GEMM's launches as captured, in scripts/gemm_plans.py's words."""
+    names = {"gemm_bf16_tn_kernel": "large", "ILi1ELi8E": "narrow<1, 8>", "ILi2ELi5E": "narrow<2, 5>"}
+    return "; ".join(
+        f"{next((v for k, v in names.items() if k in op['name']), op['name'])} grid {op['grid'][0]} "
+        f"cluster {op['cluster'][0]}"
         if op["op"] == "kernel"
         else op["op"]
         for op in verdicts["check"].data["launches"]
-    ]
+    )
 
 
 def _assert_every_stage_passed(verdicts: dict[str, Verdict]) -> None:

@@ -1,0 +1,36 @@
+"""The H100 reference GEMM's plans the GPU tests exercise, as the launcher launches them on a 132-SM H100 (the
+format of scripts/gemm_plans.py): the GPU tests read them off the captured launches, tests/test_gemm_plans.py off
+the launcher compiled on the CPU, so that a change to the cost model that moves a case off its plan fails on CI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Case:
+    task: str
+    m: int
+    plan: str  # at M
+    sanitized: str  # at the sanitizers' M 200
+
+
+# The large kernel's three split-K reductions.
+SPLITS = {
+    # 168 tiles: 132 whole, 36 split 3 ways in the same launch (slabs; the memset zeroes their counters)
+    "last-wave-split": Case("gemm-n5376-k4096", 972, "memset; large grid 132 cluster 1", "large grid 84 cluster 2"),
+    # 42 tiles, each split 2 ways across a cluster (distributed shared memory)
+    "cluster-split": Case("gemm-n5376-k4096", 232, "large grid 84 cluster 2", "large grid 84 cluster 2"),
+    # 42 tiles split 3 ways, where 42 clusters of 3 do not fit: a chain of slices (its counters zeroed)
+    "chained-split": Case(
+        "gemm-n5376-k21504", 232, "memset; large grid 126 cluster 1", "memset; large grid 126 cluster 1"
+    ),
+}
+
+# The BN = 128 kernel's multicast pairs.
+PAIRS = {
+    # 120 tiles of 128x128 in 60 clusters of two, each pair sharing its A rows
+    "tall-pairs": Case("gemm-n5120-k2048", 289, "narrow<2, 5> grid 120 cluster 2", "narrow<2, 5> grid 80 cluster 1"),
+    # 96 tiles of 64x128 in 48 pairs; at M 200, 96 tiles of 128x128 in pairs
+    "short-pairs": Case("gemm-n6144-k4096", 70, "narrow<1, 8> grid 96 cluster 2", "narrow<2, 5> grid 96 cluster 2"),
+}
