@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -47,6 +49,15 @@ DESCRIPTORS_CACHED_ON_M = {  # TMA descriptors encoded once per M, whatever the 
         f"        if (M != cached_m) {{\n            {_SMALL_ENCODE}\n            cached_m = M;\n        }}\n"
     ),
 }
+
+
+def script(name: str) -> ModuleType:
+    """scripts/<name>.py, imported as a module."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def planted_variant(edits: dict[str, str], source: str = REFERENCE_GEMM) -> str:

@@ -3,30 +3,19 @@ stand-ins for the CUDA calls, still takes at each GPU test's shape the plan that
 
 from __future__ import annotations
 
-import importlib.util
-from types import ModuleType
-
 import pytest
 
 from pytest_ptxbench.toolchain import find_tool
 
-from .conftest import ROOT
+from .conftest import script
 from .gemm_plans import PAIRS, SPLITS, Case
 
 CASES = {**SPLITS, **PAIRS}
 
 
-def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gemm_plans", ROOT / "scripts" / "gemm_plans.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def printed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    tool, nvcc = script(), find_tool("nvcc")
+    tool, nvcc = script("gemm_plans"), find_tool("nvcc")
     assert nvcc is not None, "no nvcc: pip install -e '.[toolchain]'"
     binary = tool.build(tmp_path_factory.mktemp("plans"), nvcc)
     shapes = []
@@ -48,5 +37,5 @@ def test_each_gpu_test_shape_takes_its_plan(printed: dict[str, str], name: str) 
 def test_a_malformed_shape_is_named(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("sys.argv", ["gemm_plans.py", "5376x4096"])
     with pytest.raises(SystemExit):
-        script().main()
+        script("gemm_plans").main()
     assert "'5376x4096': expected NxKxM" in capsys.readouterr().err

@@ -3,28 +3,18 @@ file and its driver compile with the real nvcc (the run itself needs the GPU mac
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from pytest_ptxbench.toolchain import find_tool
 
-from .conftest import ROOT
-
-
-def timeline() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gemm_timeline", ROOT / "scripts" / "gemm_timeline.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from .conftest import script
 
 
 def test_the_probed_kernel_file_and_its_driver_compile(tmp_path: Path) -> None:
-    tool = timeline()
+    tool = script("gemm_timeline")
     probed = tool.stamped(tool.KERNEL.read_text())
     assert probed.count("ExitProbe exit_probe;") == 2  # one per kernel
     assert probed.count("g_stamp[blockIdx.x][1] = probe_now()") == 2
@@ -44,7 +34,7 @@ def test_the_probed_kernel_file_and_its_driver_compile(tmp_path: Path) -> None:
 
 
 def test_a_kernel_file_without_a_hooks_line_is_named() -> None:
-    tool = timeline()
+    tool = script("gemm_timeline")
     source = tool.KERNEL.read_text().replace("wgmma_wait<0>();", "wgmma_wait<0 >();")
     with pytest.raises(SystemExit, match=r"no line with 'wgmma_wait<0>\(\);' in namespace large"):
         tool.stamped(source)
