@@ -101,7 +101,7 @@ class LaunchList:
         return [op for op in self.operations if isinstance(op, Kernel)]
 
     def outline(self) -> list[dict[str, Any]]:
-        """What the call launched, without addresses or bytes: each kernel's name, grid, block and cluster
+        """What the call launched, without addresses or contents: each kernel's name, grid, block and cluster
         shape, each memory operation's kind and size (the check verdict's `launches`)."""
         return [
             {
