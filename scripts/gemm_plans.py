@@ -9,8 +9,8 @@ kernel, `narrow<1, 8>` and `narrow<2, 5>` for the BN = 128 kernel's two tile hei
 size. The defaults are a 132-SM H100's: clusters of S = 2..8 that fit at once as its occupancy query answers
 (MEASUREMENTS.md, twenty-eighth session).
 
-Usage: `python3 scripts/gemm_plans.py [--sms N] [--clusters C2,...,C8] [NxKxM ...]`; no shapes: every task and
-shape of tasks/gemm.yaml. Output: one line per shape, `n{N}-k{K} m{M}: launch; launch; ...`.
+Usage: `python3 scripts/gemm_plans.py [--kernel FILE] [--sms N] [--clusters C2,...,C8] [NxKxM ...]`; no shapes:
+every task and shape of tasks/gemm.yaml; `--kernel`: a variant of the reference (its launcher's names kept). Output: one line per shape, `n{N}-k{K} m{M}: launch; launch; ...`.
 """
 
 from __future__ import annotations
@@ -89,9 +89,9 @@ int main(int argc, char** argv) {  // SMS C2 .. C8, then N K M triples
 """
 
 
-def build(folder: Path, nvcc: Tool) -> Path:
-    """The printer, compiled in `folder`. Raises RuntimeError with nvcc's output if it does not compile."""
-    (folder / "plans.cu").write_text(PROGRAM.replace("KERNEL", str(KERNEL)))
+def build(folder: Path, nvcc: Tool, kernel: Path = KERNEL) -> Path:
+    """The printer for `kernel`, compiled in `folder`. Raises RuntimeError with nvcc's output if it does not compile."""
+    (folder / "plans.cu").write_text(PROGRAM.replace("KERNEL", str(kernel.resolve())))
     binary = folder / "plans"
     done = subprocess.run(
         [str(nvcc.path), "-std=c++17", "-w", "-gencode=arch=compute_90a,code=sm_90a", "-o", str(binary), "plans.cu"],
@@ -134,19 +134,27 @@ def _shape(text: str) -> tuple[int, int, int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("shapes", nargs="*", type=_shape, help="NxKxM, e.g. 5376x4096x232")
+    parser.add_argument("--kernel", type=Path, default=KERNEL, help="the kernel file (default: the H100 reference)")
     parser.add_argument("--sms", type=int, default=SMS)
     parser.add_argument("--clusters", default=",".join(map(str, CLUSTERS)), help="clusters of 2..8 resident at once")
     args = parser.parse_args()
     clusters = tuple(int(c) for c in args.clusters.split(","))
     if len(clusters) != 7:
         parser.error(f"--clusters {args.clusters}: expected seven counts, for clusters of 2 to 8")
+    if not args.kernel.is_file():
+        parser.error(f"--kernel {args.kernel}: no such file")
     shapes = args.shapes or task_shapes()
     nvcc = find_tool("nvcc")
     if nvcc is None:
         print("no nvcc found (see pytest_ptxbench/toolchain.py)", file=sys.stderr)
         return 1
     with tempfile.TemporaryDirectory() as folder:
-        for label, launches in plans(build(Path(folder), nvcc), shapes, args.sms, clusters).items():
+        try:
+            binary = build(Path(folder), nvcc, args.kernel)
+        except RuntimeError as error:
+            print(error, file=sys.stderr)
+            return 1
+        for label, launches in plans(binary, shapes, args.sms, clusters).items():
             print(f"{label}: {launches}")
     return 0
 

@@ -3,15 +3,25 @@ stand-ins for the CUDA calls, still takes at each GPU test's shape the plan that
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pytest_ptxbench.task.catalogue import Family
-from pytest_ptxbench.toolchain import find_tool
+from pytest_ptxbench.toolchain import Tool, find_tool
 
-from .conftest import script
+from .conftest import planted_variant, script
 from .gemm_plans import PAIRS, SPLITS, Case
 
 CASES = {**SPLITS, **PAIRS}
+PRINTER = script("gemm_plans")
+
+
+@pytest.fixture(scope="module")
+def nvcc() -> Tool:
+    found = find_tool("nvcc")
+    assert found is not None, "no nvcc: pip install -e '.[toolchain]'"
+    return found
 
 
 def _shape(gemm: Family, case: Case, m: int) -> tuple[int, int, int]:
@@ -20,12 +30,10 @@ def _shape(gemm: Family, case: Case, m: int) -> tuple[int, int, int]:
 
 
 @pytest.fixture(scope="module")
-def printed(tmp_path_factory: pytest.TempPathFactory, gemm: Family) -> dict[tuple[int, int, int], str]:
+def printed(tmp_path_factory: pytest.TempPathFactory, gemm: Family, nvcc: Tool) -> dict[tuple[int, int, int], str]:
     """The printer's line for each case at its M and at the family's sanitizer shape, by (N, K, M)."""
-    tool, nvcc = script("gemm_plans"), find_tool("nvcc")
-    assert nvcc is not None, "no nvcc: pip install -e '.[toolchain]'"
     shapes = sorted({_shape(gemm, c, m) for c in CASES.values() for m in (c.m, int(gemm.sanitizer_shape["M"]))})
-    lines = tool.plans(tool.build(tmp_path_factory.mktemp("plans"), nvcc), shapes)
+    lines = PRINTER.plans(PRINTER.build(tmp_path_factory.mktemp("plans"), nvcc), shapes)
     return {(n, k, m): lines[f"n{n}-k{k} m{m}"] for n, k, m in shapes}
 
 
@@ -36,8 +44,24 @@ def test_each_gpu_test_shape_takes_its_plan(printed: dict[tuple[int, int, int], 
     assert printed[_shape(gemm, case, int(gemm.sanitizer_shape["M"]))] == case.sanitized
 
 
-def test_a_malformed_shape_is_named(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("sys.argv", ["gemm_plans.py", "5376x4096"])
+def test_a_costlier_cluster_split_moves_its_case_off_its_plan(tmp_path: Path, gemm: Family, nvcc: Tool) -> None:
+    """The check above can fail: priced at twice its reduction, the cluster split is no longer taken at its case."""
+    variant = tmp_path / "gemm.cu"
+    variant.write_text(planted_variant({"RED_CLK_LARGE = 4000.0;": "RED_CLK_LARGE = 8000.0;"}))
+    case = SPLITS["cluster-split"]
+    shape = _shape(gemm, case, case.m)
+    lines = PRINTER.plans(PRINTER.build(tmp_path, nvcc, variant), [shape])
+    assert lines[f"n{shape[0]}-k{shape[1]} m{shape[2]}"] == "narrow<2, 5> grid 84 cluster 1" != case.plan
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [(["5376x4096"], "'5376x4096': expected NxKxM"), (["--kernel", "no.cu", "8x8x8"], "--kernel no.cu: no such file")],
+)
+def test_bad_arguments_are_named(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, args: list[str], error: str
+) -> None:
+    monkeypatch.setattr("sys.argv", ["gemm_plans.py", *args])
     with pytest.raises(SystemExit):
-        script("gemm_plans").main()
-    assert "'5376x4096': expected NxKxM" in capsys.readouterr().err
+        PRINTER.main()
+    assert error in capsys.readouterr().err
