@@ -10,7 +10,8 @@ size. The defaults are a 132-SM H100's: clusters of S = 2..8 that fit at once as
 (MEASUREMENTS.md, twenty-eighth session).
 
 Usage: `python3 scripts/gemm_plans.py [--kernel FILE] [--sms N] [--clusters C2,...,C8] [NxKxM ...]`; no shapes:
-every task and shape of tasks/gemm.yaml; `--kernel`: a variant of the reference (its launcher's names kept). Output: one line per shape, `n{N}-k{K} m{M}: launch; launch; ...`.
+every task and shape of tasks/gemm.yaml; `--kernel`: a variant of the reference (its launcher's names kept).
+Output: one line per shape, `n{N}-k{K} m{M}: launch; launch; ...`.
 """
 
 from __future__ import annotations
