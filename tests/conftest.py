@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -56,6 +57,7 @@ def script(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # where dataclasses look a module's names up
     spec.loader.exec_module(module)
     return module
 

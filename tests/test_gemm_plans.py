@@ -1,8 +1,10 @@
 """scripts/gemm_plans.py on the CPU: the H100 reference GEMM's launcher, compiled with the real nvcc against
-stand-ins for the CUDA calls, still takes at each GPU test's shape the plan that test is named for."""
+stand-ins for the CUDA calls, still takes at each GPU test's shape the plan that test is named for; and
+scripts/gemm_plan_times.py, which names plans' times from a real bench log and sets a variant's plans against them."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -65,3 +67,91 @@ def test_bad_arguments_are_named(
     with pytest.raises(SystemExit):
         PRINTER.main()
     assert error in capsys.readouterr().err
+
+
+TIMES = script("gemm_plan_times")
+BENCH_LOG = Path(__file__).parent / "data" / "bench_gemm_h200.log"  # forty-second session, call 1 (MEASUREMENTS.md)
+SPLIT_AT_8000 = "narrow<1, 8> grid 132 cluster 1; narrow<1, 8> grid 112 cluster 4"
+
+
+@pytest.fixture(scope="module")
+def bench_plans(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, str]]:
+    """The plans of the log's three kernels at its shapes: the reference, then its cluster split priced at 6000 and
+    at 8000 clocks, as that call ran them."""
+    folder = tmp_path_factory.mktemp("variants")
+    kernels: list[Path] = [PRINTER.KERNEL]
+    for price in ("6000.0", "8000.0"):
+        kernels.append(folder / f"gemm_{price}.cu")
+        kernels[-1].write_text(planted_variant({"RED_CLK_LARGE = 4000.0;": f"RED_CLK_LARGE = {price};"}))
+    shapes = list(TIMES.read_bench(BENCH_LOG).shapes)
+    return [TIMES.plans_of(k, shapes) for k in kernels]
+
+
+def test_a_bench_log_is_recorded_with_each_kernels_plans(tmp_path: Path, bench_plans: list[dict[str, str]]) -> None:
+    bench = TIMES.read_bench(BENCH_LOG)
+    assert bench.kernels == ["scratch/gemm_main.cu", "scratch/gemm_red6000.cu", "tasks/reference/h100/gemm.cu"]
+    path = tmp_path / "times.csv"
+    TIMES.record(bench, "call 1", "H200", bench_plans, path)
+    rows = TIMES.read_times(path)
+    assert len(rows) == 6 * 4
+    at = {(t.plan, t.ms) for t in rows if t.shape == "n5120-k5120 m232"}
+    assert at == {("large grid 80 cluster 2", 0.040), (SPLIT_AT_8000, 0.047), ("cuBLAS", 0.029)}
+    with pytest.raises(ValueError, match="call 'call 1' is recorded already"):
+        TIMES.record(bench, "call 1", "H200", bench_plans, path)
+    assert len(TIMES.read_times(path)) == len(rows)
+
+
+def test_compare_names_each_move_with_its_times(tmp_path: Path, bench_plans: list[dict[str, str]]) -> None:
+    """The cluster split priced at 8000 against the reference: its one loss timed, and a move no call timed."""
+    path = tmp_path / "times.csv"
+    TIMES.record(TIMES.read_bench(BENCH_LOG), "call 1", "H200", bench_plans, path)
+    base, mine = bench_plans[0], bench_plans[2]
+    report = TIMES.compare(TIMES.read_times(path), {**mine, "n1-k1 m1": "b"}, {**base, "n1-k1 m1": "a"})
+    moves = report.index("n5120-k5120 m232: large grid 80 cluster 2 -> " + SPLIT_AT_8000)
+    assert report[moves + 1] == "    call 1, H200: 0.040 -> 0.047 ms (1.18x, slower), cuBLAS 0.029"
+    assert report[0] == "== 5 of 7 shapes take another plan than the base's"
+    faster = report[report.index("== shapes where a call timed a plan 3% or more faster than this kernel's") + 1 :]
+    assert (
+        faster[0] == f"n5120-k5120 m232: {SPLIT_AT_8000} 0.047 ms, but large grid 80 cluster 2 0.040 ms (call 1, H200)"
+    )
+    assert report[-2:] == ["== the bench's -k arguments for the moves no call timed (1)", '-k "n1-k1 m1 "']
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("call,gpu,shape,plan\n", "header ['call', 'gpu', 'shape', 'plan']"),
+        ("call,gpu,shape,plan,ms\nc,H200,n1-k1 m1,large,\n", "times.csv:2: empty 'ms'"),
+        ("call,gpu,shape,plan,ms\nc,H200,1x1x1,large,0.1\n", "times.csv:2: shape '1x1x1'"),
+        ("call,gpu,shape,plan,ms\nc,H200,n1-k1 m1,large,fast\n", "times.csv:2: ms 'fast' is not a number"),
+        ("call,gpu,shape,plan,ms\nc,H200,n1-k1 m1,large,-1\n", "times.csv:2: ms '-1' is not a time"),
+    ],
+)
+def test_a_bad_times_row_is_named(tmp_path: Path, text: str, error: str) -> None:
+    (tmp_path / "times.csv").write_text(text)
+    with pytest.raises(ValueError, match=re.escape(error)):
+        TIMES.read_times(tmp_path / "times.csv")
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("== all checks passed\n", "no GEMM result line"),
+        (
+            BENCH_LOG.read_text().replace("kernel 2: tasks/reference/h100/gemm.cu\n", ""),
+            "2 kernels named, results with [3]",
+        ),
+    ],
+)
+def test_a_bench_log_that_does_not_read_is_named(tmp_path: Path, text: str, error: str) -> None:
+    (tmp_path / "bench.log").write_text(text)
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'bench.log'}: {error}")):
+        TIMES.read_bench(tmp_path / "bench.log")
+
+
+def test_the_recorded_times_read() -> None:
+    """Every call in scripts/gemm_plan_times.csv timed cuBLAS at each shape it timed."""
+    times = TIMES.read_times()
+    for shape, calls in TIMES.by_call(times).items():
+        for call, plans in calls.items():
+            assert "cuBLAS" in plans and len(plans) > 1, (shape, call)
