@@ -4,7 +4,9 @@ the launcher compiled on the CPU, so that a change to the cost model that moves 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from pytest_ptxbench.task.catalogue import Family
 
 
 @dataclass(frozen=True)
@@ -12,15 +14,22 @@ class Case:
     task: str
     m: int
     plan: str  # at M
-    sanitized: str  # at the sanitizers' M 200
+    sanitized: str  # at the sanitizers' M (the family's, 200, unless sanitizer_m says)
+    sanitizer_m: int | None = None
+
+    def family(self, gemm: Family) -> Family:
+        """The GEMM family with its sanitizers at this case's M, where the case sets one."""
+        return gemm if self.sanitizer_m is None else replace(gemm, sanitizer_shape={"M": self.sanitizer_m})
 
 
 # The large kernel's three split-K reductions.
 SPLITS = {
     # 168 tiles: 132 whole, 36 split 3 ways in the same launch (slabs; the memset zeroes their counters)
-    "last-wave-split": Case("gemm-n5376-k4096", 972, "memset; large grid 132 cluster 1", "large grid 84 cluster 2"),
-    # 42 tiles, each split 2 ways across a cluster (distributed shared memory)
-    "cluster-split": Case("gemm-n5376-k4096", 232, "large grid 84 cluster 2", "large grid 84 cluster 2"),
+    "last-wave-split": Case(
+        "gemm-n5376-k4096", 972, "memset; large grid 132 cluster 1", "narrow<2, 5> grid 84 cluster 1"
+    ),
+    # 48 tiles, each split 2 ways across a cluster (distributed shared memory); no task's M 200 takes it
+    "cluster-split": Case("gemm-n4096-k14336", 289, "large grid 96 cluster 2", "large grid 96 cluster 2", 289),
     # 42 tiles split 3 ways, where 42 clusters of 3 do not fit: a chain of slices (its counters zeroed)
     "chained-split": Case(
         "gemm-n5376-k21504", 232, "memset; large grid 126 cluster 1", "memset; large grid 126 cluster 1"

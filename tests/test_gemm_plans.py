@@ -31,10 +31,14 @@ def _shape(gemm: Family, case: Case, m: int) -> tuple[int, int, int]:
     return int(task.axes["N"]), int(task.axes["K"]), m
 
 
+def _sanitizer_m(gemm: Family, case: Case) -> int:
+    return int(case.family(gemm).sanitizer_shape["M"])
+
+
 @pytest.fixture(scope="module")
 def printed(tmp_path_factory: pytest.TempPathFactory, gemm: Family, nvcc: Tool) -> dict[tuple[int, int, int], str]:
     """The printer's line for each case at its M and at the family's sanitizer shape, by (N, K, M)."""
-    shapes = sorted({_shape(gemm, c, m) for c in CASES.values() for m in (c.m, int(gemm.sanitizer_shape["M"]))})
+    shapes = sorted({_shape(gemm, c, m) for c in CASES.values() for m in (c.m, _sanitizer_m(gemm, c))})
     lines = PRINTER.plans(PRINTER.build(tmp_path_factory.mktemp("plans"), nvcc), shapes)
     return {(n, k, m): lines[f"n{n}-k{k} m{m}"] for n, k, m in shapes}
 
@@ -43,17 +47,17 @@ def printed(tmp_path_factory: pytest.TempPathFactory, gemm: Family, nvcc: Tool) 
 def test_each_gpu_test_shape_takes_its_plan(printed: dict[tuple[int, int, int], str], gemm: Family, name: str) -> None:
     case = CASES[name]
     assert printed[_shape(gemm, case, case.m)] == case.plan
-    assert printed[_shape(gemm, case, int(gemm.sanitizer_shape["M"]))] == case.sanitized
+    assert printed[_shape(gemm, case, _sanitizer_m(gemm, case))] == case.sanitized
 
 
 def test_a_costlier_cluster_split_moves_its_case_off_its_plan(tmp_path: Path, gemm: Family, nvcc: Tool) -> None:
-    """The check above can fail: priced at twice its reduction, the cluster split is no longer taken at its case."""
+    """The check above can fail: priced at 40000 clocks, the cluster split gives way to the chain."""
     variant = tmp_path / "gemm.cu"
-    variant.write_text(planted_variant({"RED_CLK_LARGE = 4000.0;": "RED_CLK_LARGE = 8000.0;"}))
+    variant.write_text(planted_variant({"RED_CLK_LARGE = 12000.0;": "RED_CLK_LARGE = 40000.0;"}))
     case = SPLITS["cluster-split"]
     shape = _shape(gemm, case, case.m)
     lines = PRINTER.plans(PRINTER.build(tmp_path, nvcc, variant), [shape])
-    assert lines[f"n{shape[0]}-k{shape[1]} m{shape[2]}"] == "narrow<2, 5> grid 84 cluster 1" != case.plan
+    assert lines[f"n{shape[0]}-k{shape[1]} m{shape[2]}"] == "memset; large grid 96 cluster 1" != case.plan
 
 
 @pytest.mark.parametrize(
@@ -76,13 +80,14 @@ SPLIT_AT_8000 = "narrow<1, 8> grid 132 cluster 1; narrow<1, 8> grid 112 cluster 
 
 @pytest.fixture(scope="module")
 def bench_plans(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, str]]:
-    """The plans of the log's three kernels at its shapes: the reference, then its cluster split priced at 6000 and
-    at 8000 clocks, as that call ran them."""
+    """The plans of the log's three kernels at its shapes, as that call ran them: the reference's cost model as it was
+    then (a cluster split priced at 4000 clocks, no head slowdown), and the same at 6000 and 8000."""
     folder = tmp_path_factory.mktemp("variants")
-    kernels: list[Path] = [PRINTER.KERNEL]
-    for price in ("6000.0", "8000.0"):
+    kernels = []
+    for price in ("4000.0", "6000.0", "8000.0"):
         kernels.append(folder / f"gemm_{price}.cu")
-        kernels[-1].write_text(planted_variant({"RED_CLK_LARGE = 4000.0;": f"RED_CLK_LARGE = {price};"}))
+        edits = {"RED_CLK_LARGE = 12000.0;": f"RED_CLK_LARGE = {price};", "HEAD_SLOW = 0.3;": "HEAD_SLOW = 0.0;"}
+        kernels[-1].write_text(planted_variant(edits))
     shapes = list(TIMES.read_bench(BENCH_LOG).shapes)
     return [TIMES.plans_of(k, shapes) for k in kernels]
 

@@ -210,8 +210,8 @@ def test_a_triton_candidate_that_launches_a_torch_kernel_fails_check(pipeline: P
 def test_the_large_gemm_kernels_split_k_passes_every_stage(pipeline: Pipeline, gemm: Family, case: Case) -> None:
     """The reference's three split-K reductions on an H100 or H200 (132 SMs: the launcher picks them at these shapes,
     as the captured launches show), every stage: right on every input set and placement, on the rechecked timed
-    runs, and under the sanitizers (at M 200 the cluster split at K 4096, the chain at K 21504)."""
-    verdicts = _run(pipeline, gemm, REFERENCE_GEMM, task=case.task, m=case.m)
+    runs, and under the sanitizers (the cluster split at M 289, the other two at M 200)."""
+    verdicts = _run(pipeline, case.family(gemm), REFERENCE_GEMM, task=case.task, m=case.m)
     _assert_every_stage_passed(verdicts)
     assert _plan(verdicts) == case.plan
 

@@ -434,9 +434,10 @@ constexpr double STEP_CLK_A = 384.0;      // 64x128x64: 256 clk of tensor work, 
 constexpr double STEP_CLK_B = 560.0;      // 128x128x64: 512 clk of tensor work, 32 KB of operands
 constexpr double RED_CLK_A = 1000.0;
 constexpr double RED_CLK_B = 1600.0;
-constexpr double RED_CLK_LARGE = 4000.0;        // a cluster split's fixed cost (fitted on the H200)
+constexpr double RED_CLK_LARGE = 12000.0;       // a cluster split's fixed cost: its reduction took 6-8 us (H100)
 constexpr double RED_CLK_LARGE_SLICE = 2000.0;  // and its cost per slice: each adds a 128 KB partial tile over DSMEM
 constexpr double LAUNCH_CLK = 2000.0;
+constexpr double HEAD_SLOW = 0.3;         // a BN = 128 head over all SMs, unpaired: its k-steps 30% slower (H100)
 constexpr double FIXUP_CLK = 1500.0;      // per slice of a split last-wave tile: a 128 KB slab through L2
 constexpr double CHAIN_CLK = 9000.0;      // per slice of a chained split (fitted on an H100: it pays at K >= 17408)
 constexpr double DRAM_BYTES_PER_CLK = 2000.0;
@@ -1065,6 +1066,7 @@ struct Path {
         // operand bytes (BM / 2 of BM + BN rows) in proportion. Pairs run only past two thirds of the SMs: below
         // that they measured slower than the plain launch (H100, MEASUREMENTS.md, twenty-ninth session).
         const double over = p.head_grid > sms / 2 ? (double)(p.head_grid - sms / 2) / (sms - sms / 2) : 0.0;
+        if (p.tail_tiles > 0) cost *= 1.0 + HEAD_SLOW * over;   // the head of a split tail: never in pairs
         const double pair_cost = cost * (1.0 - G::BM / 2.0 / (G::BM + BN) * over);
         p.pair = p.head_splits == 1 && p.tail_tiles == 0 && 3 * p.head_grid > 2 * sms &&
                  pairs(dev, sms, tiles, num_n, p.head_grid);
