@@ -25,12 +25,9 @@ import math
 import re
 import statistics
 import sys
-import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-
-from pytest_ptxbench.toolchain import find_tool
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gemm_plans  # the printer, next to this script
@@ -109,13 +106,8 @@ def read_bench(log: Path) -> Bench:
 
 def plans_of(kernel: Path, shapes: list[str]) -> dict[str, str]:
     """The printer's plan for `kernel` at each of `shapes` (`n{N}-k{K} m{M}`)."""
-    nvcc = find_tool("nvcc")
-    if nvcc is None:
-        raise RuntimeError("no nvcc found (see pytest_ptxbench/toolchain.py)")
     triples = [tuple(int(v) for v in re.findall(r"\d+", s)) for s in shapes]
-    with tempfile.TemporaryDirectory() as folder:
-        binary = gemm_plans.build(Path(folder), nvcc, kernel)
-        return gemm_plans.plans(binary, [(n, k, m) for n, k, m in triples])
+    return gemm_plans.plans_of(kernel, [(n, k, m) for n, k, m in triples])
 
 
 def record(bench: Bench, call: str, gpu: str, plans: list[dict[str, str]], path: Path = TIMES) -> list[Time]:

@@ -115,6 +115,18 @@ def plans(
     return dict(line.split(": ", 1) for line in out.splitlines())
 
 
+def plans_of(
+    kernel: Path, shapes: list[tuple[int, int, int]], sms: int = SMS, clusters: tuple[int, ...] = CLUSTERS
+) -> dict[str, str]:
+    """`kernel`'s launches at each (N, K, M), keyed `n{N}-k{K} m{M}`. Raises RuntimeError where there is no nvcc or
+    the printer does not compile."""
+    nvcc = find_tool("nvcc")
+    if nvcc is None:
+        raise RuntimeError("no nvcc found (see pytest_ptxbench/toolchain.py)")
+    with tempfile.TemporaryDirectory() as folder:
+        return plans(build(Path(folder), nvcc, kernel), shapes, sms, clusters)
+
+
 def task_shapes() -> list[tuple[int, int, int]]:
     """Every (N, K, M) of tasks/gemm.yaml."""
     from pytest_ptxbench.task.catalogue import load_family
@@ -144,19 +156,13 @@ def main() -> int:
         parser.error(f"--clusters {args.clusters}: expected seven counts, for clusters of 2 to 8")
     if not args.kernel.is_file():
         parser.error(f"--kernel {args.kernel}: no such file")
-    shapes = args.shapes or task_shapes()
-    nvcc = find_tool("nvcc")
-    if nvcc is None:
-        print("no nvcc found (see pytest_ptxbench/toolchain.py)", file=sys.stderr)
+    try:
+        printed = plans_of(args.kernel, args.shapes or task_shapes(), args.sms, clusters)
+    except RuntimeError as error:
+        print(error, file=sys.stderr)
         return 1
-    with tempfile.TemporaryDirectory() as folder:
-        try:
-            binary = build(Path(folder), nvcc, args.kernel)
-        except RuntimeError as error:
-            print(error, file=sys.stderr)
-            return 1
-        for label, launches in plans(binary, shapes, args.sms, clusters).items():
-            print(f"{label}: {launches}")
+    for label, launches in printed.items():
+        print(f"{label}: {launches}")
     return 0
 
 
