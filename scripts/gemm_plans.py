@@ -5,7 +5,7 @@ Compiles tasks/reference/h100/gemm.cu with nvcc into a host program in which the
 (the device and its SM count, the kernels' attributes, the occupancy query behind its cluster plans, the tensor
 maps, memsets and kernel launches) are stand-ins that answer for a chosen GPU and record what would be launched,
 then calls `ptxbench_gemm` at each shape and prints its launches: `memset`, or a kernel (`large` for the 128x256
-kernel, `narrow<1, 8>` and `narrow<2, 5>` for the BN = 128 kernel's two tile heights) with its grid and cluster
+kernel, `wide` for the 256x160 one, `narrow<1, 8>` and `narrow<2, 5>` for the BN = 128 kernel's two tile heights) with its grid and cluster
 size. The defaults are a 132-SM H100's: clusters of S = 2..8 that fit at once as its occupancy query answers
 (MEASUREMENTS.md, twenty-eighth session).
 
@@ -29,6 +29,15 @@ KERNEL = ROOT / "tasks" / "reference" / "h100" / "gemm.cu"
 SMS = 132
 CLUSTERS = (66, 39, 30, 22, 17, 15, 15)  # clusters of 2..8 resident at once on a 132-SM H100
 
+# The launcher's kernels: the printed name, the host stub, and the name that defines it (a kernel file from before one
+# existed is printed without it).
+KERNELS = (
+    ("large", "large::gemm_bf16_tn_kernel", "gemm_bf16_tn_kernel"),
+    ("wide", "wide::gemm_wide_kernel", "gemm_wide_kernel"),
+    ("narrow<1, 8>", "narrow::PathA::kernel()", "PathA"),
+    ("narrow<2, 5>", "narrow::PathB::kernel()", "PathB"),
+)
+
 # The stand-ins come first, so that the launcher's calls resolve to them (macros over the runtime's names).
 PROGRAM = """\
 #include <cuda.h>
@@ -36,9 +45,11 @@ PROGRAM = """\
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 static int g_sms = 132, g_clusters[9] = {};
 static std::string g_launches;
-static const void* g_kernels[3];
+static std::vector<std::pair<const void*, const char*>> g_kernels;   // each kernel's host stub and printed name
 static cudaError_t stub_device(int* dev) { *dev = 0; return cudaSuccess; }
 static cudaError_t stub_attribute(int* value, cudaDeviceAttr, int) { *value = g_sms; return cudaSuccess; }
 template <class F> static cudaError_t stub_func_attribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
@@ -48,10 +59,9 @@ template <class F> static cudaError_t stub_clusters(int* n, F, const cudaLaunchC
 }
 static cudaError_t stub_memset(void*, int, size_t, cudaStream_t) { g_launches += "memset; "; return cudaSuccess; }
 template <class F, class... Args> static cudaError_t stub_launch(const cudaLaunchConfig_t* c, F kernel, Args...) {
-    static const char* const names[3] = {"large", "narrow<1, 8>", "narrow<2, 5>"};
     const char* name = "unknown";
-    for (int i = 0; i < 3; ++i)
-        if (g_kernels[i] == reinterpret_cast<const void*>(kernel)) name = names[i];
+    for (const auto& k : g_kernels)
+        if (k.first == reinterpret_cast<const void*>(kernel)) name = k.second;
     int cluster = 1;
     for (unsigned i = 0; i < c->numAttrs; ++i)
         if (c->attrs[i].id == cudaLaunchAttributeClusterDimension) cluster = (int)c->attrs[i].val.clusterDim.x;
@@ -69,13 +79,11 @@ extern "C" CUresult cuTensorMapEncodeTiled(CUtensorMap*, CUtensorMapDataType, cu
 #define cudaOccupancyMaxActiveClusters stub_clusters
 #define cudaMemsetAsync stub_memset
 #define cudaLaunchKernelEx stub_launch
-#include "KERNEL"
+#include "@KERNEL_FILE@"
 int main(int argc, char** argv) {  // SMS C2 .. C8, then N K M triples
     g_sms = atoi(argv[1]);
     for (int s = 2; s <= 8; ++s) g_clusters[s] = atoi(argv[s]);
-    g_kernels[0] = reinterpret_cast<const void*>(large::gemm_bf16_tn_kernel);
-    g_kernels[1] = narrow::PathA::kernel();
-    g_kernels[2] = narrow::PathB::kernel();
+@KERNELS@
     for (int i = 9; i + 2 < argc; i += 3) {
         const int N = atoi(argv[i]), K = atoi(argv[i + 1]), M = atoi(argv[i + 2]);
         const uintptr_t at = 1u << 20;   // 16 B aligned stand-ins: the launcher only checks and offsets them
@@ -92,7 +100,15 @@ int main(int argc, char** argv) {  // SMS C2 .. C8, then N K M triples
 
 def build(folder: Path, nvcc: Tool, kernel: Path = KERNEL) -> Path:
     """The printer for `kernel`, compiled in `folder`. Raises RuntimeError with nvcc's output if it does not compile."""
-    (folder / "plans.cu").write_text(PROGRAM.replace("KERNEL", str(kernel.resolve())))
+    source = kernel.read_text()
+    known = "\n".join(
+        f'    g_kernels.push_back({{(const void*)({stub}), "{name}"}});'
+        for name, stub, defined_by in KERNELS
+        if defined_by in source
+    )
+    (folder / "plans.cu").write_text(
+        PROGRAM.replace("@KERNELS@", known).replace("@KERNEL_FILE@", str(kernel.resolve()))
+    )
     binary = folder / "plans"
     done = subprocess.run(
         [str(nvcc.path), "-std=c++17", "-w", "-gencode=arch=compute_90a,code=sm_90a", "-o", str(binary), "plans.cu"],

@@ -29,6 +29,15 @@ DATA = Path(__file__).resolve().parent / "data"
 PLANTED = KERNELS / "planted"  # cheating candidates, one per reward hack
 REFERENCE_GEMM = (TASKS / "reference" / "h100" / "gemm.cu").read_text()  # the Hopper reference, as a model reply
 
+# The main job's reason for skipping the reference GEMM on a CPU machine: what passed, then why the GPU stages did not run.
+GEMM_SKIP_REASON = (
+    "passed: build, inspect (HGMMA.64x256x16.F32.BF16, UTMALDG.2D in large::gemm_bf16_tn_kernel; "
+    "HGMMA.64x128x16.F32.BF16, UTMALDG.2D, UTMALDG.2D.MULTICAST in narrow::gemm_narrow_kernel<1, 8>; "
+    "HGMMA.64x128x16.F32.BF16, UTMALDG.2D, UTMALDG.2D.MULTICAST in narrow::gemm_narrow_kernel<2, 5>; "
+    "HGMMA.64x160x16.F32.BF16, UTMALDG.2D in wide::gemm_wide_kernel); "
+    "needs an sm_90 device (H100-class), found none"
+)
+
 # Planted variants of the reference GEMM: edits that must reach every path of its launcher (the GPU suite's
 # n128 shape takes the BN = 128 kernel, the core shape the large-tile one); tests/test_stages_toolchain.py checks on
 # CPU that nothing is left unedited.

@@ -43,3 +43,11 @@ PAIRS = {
     # 96 tiles of 64x128 in 48 pairs; at M 200, 96 tiles of 128x128 in pairs
     "short-pairs": Case("gemm-n6144-k4096", 70, "narrow<1, 8> grid 96 cluster 2", "narrow<2, 5> grid 96 cluster 2"),
 }
+
+# The 256x160 kernel, its sanitizers at the same M.
+WIDE = {
+    # 128 tiles in one wave, where 128x256 tiles take 160; the last m-tile's rows past M read as zeros
+    "one-wave": Case("gemm-n5120-k2048", 901, "wide grid 128 cluster 1", "wide grid 128 cluster 1", 901),
+    # 130 tiles ragged in both M and N (2048 = 12.8 x 160 columns), where 128x256 tiles take 152
+    "ragged": Case("gemm-n2048-k4096", 2379, "wide grid 130 cluster 1", "wide grid 130 cluster 1", 2379),
+}

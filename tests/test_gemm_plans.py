@@ -13,9 +13,9 @@ from pytest_ptxbench.task.catalogue import Family
 from pytest_ptxbench.toolchain import Tool, find_tool
 
 from .conftest import planted_variant, script
-from .gemm_plans import PAIRS, SPLITS, Case
+from .gemm_plans import PAIRS, SPLITS, WIDE, Case
 
-CASES = {**SPLITS, **PAIRS}
+CASES = {**SPLITS, **PAIRS, **WIDE}
 PRINTER = script("gemm_plans")
 
 

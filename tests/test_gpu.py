@@ -25,7 +25,7 @@ from pytest_ptxbench.toolchain import find_library
 from pytest_ptxbench.verdict import Outcome, Status, Verdict, decide
 
 from .conftest import DESCRIPTORS_CACHED_ON_M, ON_ANOTHER_STREAM, PLANTED, REFERENCE_GEMM, TASKS, planted_variant
-from .gemm_plans import PAIRS, SPLITS, Case
+from .gemm_plans import PAIRS, SPLITS, WIDE, Case
 
 H100 = TARGETS["h100"]
 pytestmark = pytest.mark.gpu
@@ -225,9 +225,23 @@ def test_the_narrow_gemm_kernels_multicast_pairs_pass_every_stage(pipeline: Pipe
     assert _plan(verdicts) == case.plan
 
 
+@pytest.mark.parametrize("case", WIDE.values(), ids=WIDE.keys())
+def test_the_wide_gemm_kernel_passes_every_stage(pipeline: Pipeline, gemm: Family, case: Case) -> None:
+    """The reference's 256x160 kernel (the launcher picks it where its tiles fill 132 SMs better than 128x256 ones),
+    every stage, the sanitizers at the same M: rows past M and, at N 2048, columns past N."""
+    verdicts = _run(pipeline, case.family(gemm), REFERENCE_GEMM, task=case.task, m=case.m)
+    _assert_every_stage_passed(verdicts)
+    assert _plan(verdicts) == case.plan
+
+
 def _plan(verdicts: dict[str, Verdict]) -> str:
     """The reference GEMM's launches as captured, in scripts/gemm_plans.py's words."""
-    names = {"gemm_bf16_tn_kernel": "large", "ILi1ELi8E": "narrow<1, 8>", "ILi2ELi5E": "narrow<2, 5>"}
+    names = {
+        "gemm_bf16_tn_kernel": "large",
+        "gemm_wide_kernel": "wide",
+        "ILi1ELi8E": "narrow<1, 8>",
+        "ILi2ELi5E": "narrow<2, 5>",
+    }
     return "; ".join(
         f"{next((v for k, v in names.items() if k in op['name']), op['name'])} grid {op['grid'][0]} "
         f"cluster {op['cluster'][0]}"

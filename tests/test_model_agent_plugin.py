@@ -16,7 +16,7 @@ import pytest
 
 from pytest_ptxbench.verdict import STAGES
 
-from .conftest import KERNELS, REFERENCE_GEMM, results
+from .conftest import GEMM_SKIP_REASON, KERNELS, REFERENCE_GEMM, results
 from .fake_models import FakeModelServer, Step, fenced
 
 SECRET = "sk-test-secret-0123456789"
@@ -26,12 +26,6 @@ PROVIDERS = {  # provider → (SDK module, key variable or None)
     "anthropic": ("anthropic", "ANTHROPIC_API_KEY"),
     "gemini": ("google.genai", "GEMINI_API_KEY"),
 }
-SKIP_REASON = (
-    "passed: build, inspect (HGMMA.64x256x16.F32.BF16, UTMALDG.2D in large::gemm_bf16_tn_kernel; "
-    "HGMMA.64x128x16.F32.BF16, UTMALDG.2D, UTMALDG.2D.MULTICAST in narrow::gemm_narrow_kernel<1, 8>; "
-    "HGMMA.64x128x16.F32.BF16, UTMALDG.2D, UTMALDG.2D.MULTICAST in narrow::gemm_narrow_kernel<2, 5>); "
-    "needs an sm_90 device (H100-class), found none"
-)
 
 
 def rows(run: Path) -> list[dict[str, Any]]:
@@ -72,7 +66,7 @@ def test_provider_run_then_replay(
             "--ptx-turns=2", f"--ptx-out={out}", *SELECT,
         )  # fmt: skip
     result.assert_outcomes(skipped=2)
-    result.stdout.fnmatch_lines([f"SKIPPED [[]2[]] *: {SKIP_REASON}"])
+    result.stdout.fnmatch_lines([f"SKIPPED [[]2[]] *: {GEMM_SKIP_REASON}"])
     assert len(server.requests) == 2  # one trajectory serves both shape tests
 
     record = trajectory(out)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import KERNELS, results
+from .conftest import GEMM_SKIP_REASON, KERNELS, results
 
 COUNTS = {
     "gemm": 17 * 12,
@@ -19,12 +19,6 @@ COUNTS = {
     "gqa_paged_decode": 4 * 7,
     "gqa_paged_prefill": 8 * 6,
 }
-SKIP_REASON = (
-    "passed: build, inspect (HGMMA.64x256x16.F32.BF16, UTMALDG.2D in large::gemm_bf16_tn_kernel; "
-    "HGMMA.64x128x16.F32.BF16, UTMALDG.2D, UTMALDG.2D.MULTICAST in narrow::gemm_narrow_kernel<1, 8>; "
-    "HGMMA.64x128x16.F32.BF16, UTMALDG.2D, UTMALDG.2D.MULTICAST in narrow::gemm_narrow_kernel<2, 5>); "
-    "needs an sm_90 device (H100-class), found none"
-)
 
 
 def _ids(result: pytest.RunResult) -> list[str]:
@@ -164,7 +158,7 @@ def test_reference_gemm_without_gpu_is_skipped_with_what_passed(project: pytest.
             "*= ptxbench =*",
             "task * target * shape * build * inspect * check * profile * sanitize * time * latency * baseline * speedup * outcome * reason",
             "gemm-n128-k2048 * h100 * m8192 * ok * ok * - * - * - * - * - * - * skipped * check: needs an sm_90 device*",
-            f"SKIPPED [[]4[]] *: {SKIP_REASON}",
+            f"SKIPPED [[]4[]] *: {GEMM_SKIP_REASON}",
         ]
     )
     builds = list((out / "builds").iterdir())
@@ -180,7 +174,7 @@ def test_reference_gemm_without_gpu_is_skipped_with_what_passed(project: pytest.
     assert sorted(r["id"] for r in rows) == sorted(
         f"gemm-{t}-h100-{m}" for t in ("n7168-k5120", "n128-k2048") for m in ("m8192", "m972")
     )
-    assert all(r["outcome"] == "skipped" and r["reason"] == SKIP_REASON for r in rows)
+    assert all(r["outcome"] == "skipped" and r["reason"] == GEMM_SKIP_REASON for r in rows)
     assert [v["stage"] for v in rows[0]["verdicts"]] == ["build", "inspect", "check", "profile", "sanitize", "time"]
     environment = json.loads((out / "environment.json").read_text())
     assert environment["format"] == "ptxbench-run/2" and environment["settings"]["model"] == "reference"
@@ -221,7 +215,7 @@ def test_the_summary_table_sorts_shapes_by_number_gives_reasons_and_the_run_dire
 def test_require_gpu_turns_the_skip_into_a_failure(project: pytest.Pytester) -> None:
     result = project.runpytest_subprocess("tasks", "-k", "gemm-n128-k2048", "--ptx-shapes=visible", "--ptx-require-gpu")
     result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines([f"*{SKIP_REASON}*"])
+    result.stdout.fnmatch_lines([f"*{GEMM_SKIP_REASON}*"])
 
 
 def test_marker_overrides_the_command_line(project: pytest.Pytester) -> None:

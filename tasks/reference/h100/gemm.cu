@@ -1,9 +1,9 @@
 // Reference Hopper (sm_90a) bf16 GEMM: C[M,N] = A[M,K] · B[N,K]^T, fp32 accumulation, bf16 output.
-// Two kernels inside the one launcher. It prices plans in one rough cost model (SM clocks per k-step of a tile,
-// reductions, launches, a DRAM floor; constants fitted on the H200 across every (N, K, M) of the task file) and runs
-// the cheapest: the large-tile kernel (N > 256 only) or the BN = 128 kernel at either of its two tile heights over all
-// of C, or a row split: the large kernel over a head of whole 128-row tiles (no split-K), then either kernel
-// over the remaining rows as a GEMM of its own (A and C offset by the head). The row split is one cure for a ragged
+// Three kernels inside the one launcher. It prices plans in one rough cost model (SM clocks per k-step of a tile,
+// reductions, launches, a DRAM floor; constants fitted on the H200 and H100 across every (N, K, M) of the task file)
+// and runs the cheapest: the large-tile kernel or the wide-tile kernel (N > 256 only) or the BN = 128 kernel at either
+// of its two tile heights over all of C, or a row split: the large kernel over a head of whole 128-row tiles (no
+// split-K), then any kernel over the remaining rows as a GEMM of its own (A and C offset by the head). The row split is one cure for a ragged
 // last wave of 128x256 tiles, the large kernel's own tail split (below) another; the model prices both (e.g. M =
 // 901-972 at N = 5376 takes the tail split, M = 769-896 at N = 5120 and K = 2048 a head of 768 rows and the
 // BN = 128 kernel below it). The BN = 128 kernel wins outright where the 128x256 tiles are too few for the SMs: small
@@ -25,6 +25,10 @@
 // the tile's counter (a memset node zeroes the counters: the workspace is garbage on entry); the last slice waits for
 // the count, adds the slabs in fixed order and stores the tile. Each CTA runs at most one slice, so nothing waits on a
 // CTA that is itself waiting.
+//
+// Wide-tile kernel: persistent 256x160 tiles, whole tiles only (see its namespace), where they fill the SMs better
+// than 128x256 ones: at N = 5120, M = 901-972 128 tiles in one wave (0.71-0.77x cuBLAS before, 0.99-1.04x with it on an
+// H100), at the core shape 1440 tiles in 10.9 waves rather than 1792 in 13.6.
 //
 // BN = 128 kernel (every N <= 256, and N > 256 where the model prefers it):
 //  * BN = 128 (wgmma.m64n128k16, 64 fp32 accumulators per thread). At N = 128 the large path's BN = 256 tile
@@ -181,6 +185,31 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t da, ui
         : "l"(da), "l"(db), "r"(scale_d));
 }
 
+// D[64x160] (+)= A[64x16] · B[160x16]^T; scale_d = 0 overwrites D. 80 fp32 accumulators per thread, laid out as in
+// wgmma_m64n128k16 (j = 0..19).
+__device__ __forceinline__ void wgmma_m64n160k16(float (&d)[80], uint64_t da, uint64_t db, uint32_t scale_d) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %82, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n160k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79}, "
+        "%80, %81, p, 1, 1, 0, 0;\n}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+
 // The bf16 pair (lo, hi) as one 32-bit word, lo in the low half.
 __device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) {
     const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
@@ -294,6 +323,18 @@ __device__ __forceinline__ float4 ld_cluster_f4(uint32_t addr) {
     asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
                  : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
     return v;
+}
+
+// Grouped tile order of BM x BN tiles: bands of GROUP m-tiles, m fastest inside a band (tile t's origin).
+template <int BM, int BN, int GROUP>
+__device__ __forceinline__ void grouped_origin(int t, int num_m, int num_n, int& m0, int& n0) {
+    const int per_band = GROUP * num_n;
+    const int band = t / per_band;
+    const int first_m = band * GROUP;
+    const int band_m = min(num_m - first_m, GROUP);
+    const int r = t - band * per_band;
+    m0 = (first_m + r % band_m) * BM;
+    n0 = (r / band_m) * BN;
 }
 
 constexpr int MAX_CLUSTER = 8;   // portable cluster size: the most K-slices of a cluster split
@@ -432,6 +473,7 @@ struct ClusterFit {
 constexpr double STEP_CLK_LARGE = 760.0;  // 128x256x64: twice the tensor work of 128x128x64, fewer bytes per FLOP
 constexpr double STEP_CLK_A = 384.0;      // 64x128x64: 256 clk of tensor work, bound by 24 KB of operands
 constexpr double STEP_CLK_B = 560.0;      // 128x128x64: 512 clk of tensor work, 32 KB of operands
+constexpr double STEP_CLK_WIDE = 930.0;   // 256x160x64: 1.25x the large tile's work (fitted on an H100 over 66 shapes)
 constexpr double RED_CLK_A = 1000.0;
 constexpr double RED_CLK_B = 1600.0;
 constexpr double RED_CLK_LARGE = 12000.0;       // a cluster split's fixed cost: its reduction took 6-8 us (H100)
@@ -490,17 +532,6 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* counter) {
     unsigned v;
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
     return v;
-}
-
-// Grouped tile order: bands of GROUP_M m-tiles, m fastest inside a band.
-__device__ __forceinline__ void tile_origin(int t, int num_m, int num_n, int& m0, int& n0) {
-    const int per_band = GROUP_M * num_n;
-    const int band = t / per_band;
-    const int first_m = band * GROUP_M;
-    const int band_m = min(num_m - first_m, GROUP_M);
-    const int r = t - band * per_band;
-    m0 = (first_m + r % band_m) * BM;
-    n0 = (r / band_m) * BN;
 }
 
 // How a split tile's K-slices are summed (see gemm_bf16_tn_kernel).
@@ -598,7 +629,7 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
             for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
                 const Unit w = unit_of(u, whole, splits, k_iters);
                 int m0, n0;
-                tile_origin(w.tile, num_m, num_n, m0, n0);
+                grouped_origin<BM, BN, GROUP_M>(w.tile, num_m, num_n, m0, n0);
                 for (int k = w.k_begin; k < w.k_end; ++k) {
                     mbar_wait(empty_bar + 8 * s, phase ^ 1);   // fresh barriers pass parity 1 at once
                     mbar_arrive_expect_tx(full_bar + 8 * s, STAGE_BYTES);
@@ -631,7 +662,7 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
         for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
             const Unit w = unit_of(u, whole, splits, k_iters);
             int m0, n0;
-            tile_origin(w.tile, num_m, num_n, m0, n0);
+            grouped_origin<BM, BN, GROUP_M>(w.tile, num_m, num_n, m0, n0);
             const int k_begin = w.k_begin, k_end = w.k_end;
             int prev = 0;
             for (int k = k_begin; k < k_end; ++k) {
@@ -702,7 +733,7 @@ gemm_bf16_tn_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_con
             const Unit w = unit_of((int)blockIdx.x, 0, splits, k_iters);   // slice = the rank in a cluster
             const int ct = threadIdx.x - 128;
             int m0, n0;
-            tile_origin(w.tile, num_m, num_n, m0, n0);
+            grouped_origin<BM, BN, GROUP_M>(w.tile, num_m, num_n, m0, n0);
             consumers_sync();
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the ring was last the async proxy's
             float* const partial = reinterpret_cast<float*>(smem_raw + (ring - smem_base));
@@ -826,6 +857,140 @@ cudaError_t launch(int dev, const __nv_bfloat16* A, const __nv_bfloat16* B, __nv
 }
 
 }  // namespace large
+
+// ------------------------------------------------------------------------------------------------------------
+// Wide-tile kernel: persistent 256x160 tiles, whole tiles only
+// ------------------------------------------------------------------------------------------------------------
+// For shapes whose 128x256 tiles leave a ragged last wave that 256x160 tiles fill (e.g. N = 5120, M = 901-969: 128
+// tiles in one wave, where 128x256 tiles take 160). 1 TMA producer + 2 consumer warpgroups of 128 rows each (two
+// wgmma.m64n160k16 per 16 columns of K, 160 fp32 accumulators per thread), a 4-stage ring of 52 KB. The accumulators
+// leave no registers to hold a finished tile under the next one's k-steps (the large kernel's way), so a tile is
+// stored straight away in 16 B row pieces while the producer fills the ring for the next.
+namespace wide {
+
+constexpr int BM = 256, BN = 160, BK = 64;
+constexpr int STAGES = 4;
+constexpr int CONSUMERS = 2;                    // consumer warpgroups, 128 rows each
+constexpr int THREADS = 128 * (1 + CONSUMERS);
+constexpr int GROUP_M = 8;                      // m-tiles per band of the tile order
+constexpr uint32_t A_BYTES = BM * BK * 2;       // 32 KB per stage
+constexpr uint32_t B_BYTES = BN * BK * 2;       // 20 KB per stage (a multiple of the 1024 B swizzle atom)
+constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;
+constexpr uint32_t HALF_DESC = 64 * 128 >> 4;   // 64 rows of A further on, in descriptor units of 16 B
+constexpr size_t SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8;
+
+__global__ void __launch_bounds__(THREADS, 1)
+gemm_wide_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+                 __nv_bfloat16* __restrict__ C, int M, int N, int K) {
+    extern __shared__ uint8_t smem_raw[];
+    const uint32_t ring = ((uint32_t)__cvta_generic_to_shared(smem_raw) + 1023u) & ~1023u;
+    const uint32_t smem_a = ring;                        // STAGES x [256 rows x 128 B]
+    const uint32_t smem_b = ring + STAGES * A_BYTES;     // STAGES x [160 rows x 128 B]
+    const uint32_t full_bar = smem_b + STAGES * B_BYTES; // STAGES x 8 B
+    const uint32_t empty_bar = full_bar + STAGES * 8;    // STAGES x 8 B
+
+    const int num_m = (M + BM - 1) / BM, num_n = (N + BN - 1) / BN, tiles = num_m * num_n;
+    const int k_iters = (K + BK - 1) / BK;
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_a)) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_b)) : "memory");
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(full_bar + 8 * s, 1);
+            mbar_init(empty_bar + 8 * s, CONSUMERS * 4);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    int s = 0;
+    uint32_t phase = 0;
+    if (wg == 0) {
+        // ---------------- producer warpgroup ----------------
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (threadIdx.x != 0) return;
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+            int m0, n0;
+            grouped_origin<BM, BN, GROUP_M>(t, num_m, num_n, m0, n0);
+            for (int k = 0; k < k_iters; ++k) {
+                mbar_wait(empty_bar + 8 * s, phase ^ 1);   // fresh barriers pass parity 1 at once
+                mbar_arrive_expect_tx(full_bar + 8 * s, STAGE_BYTES);
+                tma_load_2d(smem_a + s * A_BYTES, &tmap_a, full_bar + 8 * s, k * BK, m0);
+                tma_load_2d(smem_b + s * B_BYTES, &tmap_b, full_bar + 8 * s, k * BK, n0);
+                if (++s == STAGES) { s = 0; phase ^= 1; }
+            }
+        }
+        return;
+    }
+    // ---------------- consumer warpgroups ----------------
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    // Rows [128*cw, 128*cw+128) of the tile, warp-uniform for ptxas (see the large kernel).
+    const int cw = (int)__reduce_or_sync(0xffffffffu, (unsigned)(wg - 1));
+    const int warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
+    float acc[2][80];   // acc[h]: rows 128*cw + 64h .. + 63
+    const uint64_t da0 = smem_desc(smem_a + cw * 128 * 128), db0 = smem_desc(smem_b);   // stage 0
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int m0, n0;
+        grouped_origin<BM, BN, GROUP_M>(t, num_m, num_n, m0, n0);
+        int prev = 0;
+        for (int k = 0; k < k_iters; ++k) {
+            mbar_wait(full_bar + 8 * s, phase);
+            const uint64_t da = da0 + (uint64_t)(s * (A_BYTES >> 4)), db = db0 + (uint64_t)(s * (B_BYTES >> 4));
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; ++kk) {           // +32 B along K = +2 in the descriptor
+                const uint32_t scale = (k > 0 || kk > 0) ? 1u : 0u;
+                wgmma_m64n160k16(acc[0], da + 2 * kk, db + 2 * kk, scale);
+                wgmma_m64n160k16(acc[1], da + HALF_DESC + 2 * kk, db + 2 * kk, scale);
+            }
+            wgmma_commit();
+            // Keep one k-step in flight; the previous one has now retired, so free its stage.
+            wgmma_wait<1>();
+            fence_acc(acc[0]);
+            fence_acc(acc[1]);
+            if (k > 0 && lane == 0) mbar_arrive(empty_bar + 8 * prev);
+            prev = s;
+            if (++s == STAGES) { s = 0; phase ^= 1; }
+        }
+        wgmma_wait<0>();
+        fence_acc(acc[0]);
+        fence_acc(acc[1]);
+        if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
+        const int row = m0 + cw * 128 + warp * 16 + lane / 4, col = n0 + 8 * (lane & 3);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            uint4 piece[BN / 32][2];
+            pack_pieces(acc[h], piece, lane & 3);
+            store_pieces<1>(C, piece, row + 64 * h, col, M, N, 0, 1);
+        }
+    }
+}
+
+long long tile_count(int M, int N) { return (long long)((M + BM - 1) / BM) * ((N + BN - 1) / BN); }
+
+// Whole waves of whole tiles; DRAM-bound shapes priced at the floor.
+double cost(int M, int N, int K, int sms) {
+    const double c = (double)((tile_count(M, N) + sms - 1) / sms) * ((K + BK - 1) / BK) * STEP_CLK_WIDE;
+    const double dram = dram_clk(M, N, K);
+    return c > dram ? c : dram;
+}
+
+cudaError_t launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K, int sms,
+                   cudaStream_t stream) {
+    CUtensorMap tmap_a, tmap_b;
+    if (!encode_kmajor(&tmap_a, A, M, K, BM) || !encode_kmajor(&tmap_b, B, N, K, BN))
+        return cudaErrorInvalidValue;
+    const long long tiles = tile_count(M, N);
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3((unsigned)(tiles < sms ? tiles : sms), 1, 1);
+    config.blockDim = dim3(THREADS, 1, 1);
+    config.dynamicSmemBytes = SMEM_BYTES;
+    config.stream = stream;
+    return cudaLaunchKernelEx(&config, gemm_wide_kernel, tmap_a, tmap_b, C, M, N, K);
+}
+
+}  // namespace wide
 
 // ------------------------------------------------------------------------------------------------------------
 // BN = 128 kernel: two tile heights, cluster split-K reduced through distributed shared memory
@@ -1118,10 +1283,12 @@ NarrowChoice narrow_choice(int dev, int sms, int M, int N, int K) {
     return b.cost < a.cost ? NarrowChoice{b, true} : NarrowChoice{a, false};
 }
 
+enum Kernel : int { NARROW, LARGE, WIDE };
+
 // One launcher call's rows [row0, row0 + rows) as one GEMM, by one kernel.
 struct Part {
     int row0 = 0, rows = 0;
-    bool large = false;
+    Kernel kernel = NARROW;
     NarrowChoice narrow{};
     double cost = 1e300;
 };
@@ -1140,8 +1307,13 @@ Part price(int dev, int sms, int row0, int rows, int N, int K, const void* works
     if (N > 256) {
         const large::Plan q = large::plan(dev, rows, N, K, sms, workspace, workspace_bytes);
         if (q.cost < p.cost || (q.cost == p.cost && (q.reduce == large::NONE || q.reduce == large::SLABS))) {
-            p.large = true;
+            p.kernel = LARGE;
             p.cost = q.cost;
+        }
+        const double w = wide::cost(rows, N, K, sms);
+        if (w < p.cost) {
+            p.kernel = WIDE;
+            p.cost = w;
         }
     }
     return p;
@@ -1151,7 +1323,8 @@ cudaError_t run(int dev, const Part& p, const __nv_bfloat16* A, const __nv_bfloa
                 int K, void* workspace, size_t workspace_bytes, int sms, cudaStream_t stream) {
     A += (size_t)p.row0 * K;
     C += (size_t)p.row0 * N;
-    if (p.large) return large::launch(dev, A, B, C, p.rows, N, K, workspace, workspace_bytes, sms, stream);
+    if (p.kernel == LARGE) return large::launch(dev, A, B, C, p.rows, N, K, workspace, workspace_bytes, sms, stream);
+    if (p.kernel == WIDE) return wide::launch(A, B, C, p.rows, N, K, sms, stream);
     return p.narrow.tall ? narrow::PathB::run(p.narrow.plan, A, B, C, p.rows, N, K, stream)
                          : narrow::PathA::run(p.narrow.plan, A, B, C, p.rows, N, K, stream);
 }
@@ -1171,7 +1344,7 @@ Schedule schedule(int dev, int sms, int M, int N, int K, const void* workspace, 
         const double c = large::cost(dev, h, N, K, sms, nullptr, 0) + LAUNCH_CLK + r.cost;
         if (c < best_cost) {
             best_cost = c;
-            best = Schedule{Part{0, h, true}, r};
+            best = Schedule{Part{0, h, LARGE}, r};
         }
     }
     return best;
@@ -1187,6 +1360,8 @@ cudaError_t prepare(int& dev, int& sms) {
     if (sms < 1) sms = 1;
     err = cudaFuncSetAttribute(large::gemm_bf16_tn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                (int)large::SMEM_BYTES);
+    if (err != cudaSuccess) return err;
+    err = cudaFuncSetAttribute(wide::gemm_wide_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wide::SMEM_BYTES);
     if (err != cudaSuccess) return err;
     err = cudaFuncSetAttribute(narrow::PathA::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                (int)narrow::PathA::G::SMEM_BYTES);
