@@ -5,8 +5,8 @@ Compiles tasks/reference/h100/gemm.cu with nvcc into a host program in which the
 (the device and its SM count, the kernels' attributes, the occupancy query behind its cluster plans, the tensor
 maps, memsets and kernel launches) are stand-ins that answer for a chosen GPU and record what would be launched,
 then calls `ptxbench_gemm` at each shape and prints its launches: `memset`, or a kernel (`large` for the 128x256
-kernel, `wide` for the 256x160 one, `narrow<1, 8>` and `narrow<2, 5>` for the BN = 128 kernel's two tile heights) with its grid and cluster
-size. The defaults are a 132-SM H100's: clusters of S = 2..8 that fit at once as its occupancy query answers
+kernel, `wide` for the 256x160 one, `narrow<1, 8>` and `narrow<2, 5>` for the BN = 128 kernel's two tile heights)
+with its grid and cluster size. The defaults are a 132-SM H100's: clusters of S = 2..8 that fit at once as its occupancy query answers
 (MEASUREMENTS.md, twenty-eighth session).
 
 Usage: `python3 scripts/gemm_plans.py [--kernel FILE] [--sms N] [--clusters C2,...,C8] [NxKxM ...]`; no shapes:

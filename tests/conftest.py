@@ -39,8 +39,9 @@ GEMM_SKIP_REASON = (
 )
 
 # Planted variants of the reference GEMM: edits that must reach every path of its launcher (the GPU suite's
-# n128 shape takes the BN = 128 kernel, the core shape the large-tile one); tests/test_stages_toolchain.py checks on
-# CPU that nothing is left unedited.
+# n128 shape takes the BN = 128 kernel, the core shape the wide-tile one, the split cases the large-tile one);
+# tests/test_stages_toolchain.py checks on CPU that nothing is left unedited. The large and wide kernels encode their
+# descriptors in the same words, so one edit reaches both.
 _LARGE_ENCODE = "if (!encode_kmajor(&tmap_a, A, M, K, BM) || !encode_kmajor(&tmap_b, B, N, K, BN))\n        return cudaErrorInvalidValue;"
 _SMALL_ENCODE = (
     "if (!encode_kmajor(&ta, A, M, K, a_rows) || !encode_kmajor(&tb, B, N, K, BN)) return cudaErrorInvalidValue;"

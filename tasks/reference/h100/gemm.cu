@@ -3,11 +3,11 @@
 // reductions, launches, a DRAM floor; constants fitted on the H200 and H100 across every (N, K, M) of the task file)
 // and runs the cheapest: the large-tile kernel or the wide-tile kernel (N > 256 only) or the BN = 128 kernel at either
 // of its two tile heights over all of C, or a row split: the large kernel over a head of whole 128-row tiles (no
-// split-K), then any kernel over the remaining rows as a GEMM of its own (A and C offset by the head). The row split is one cure for a ragged
-// last wave of 128x256 tiles, the large kernel's own tail split (below) another; the model prices both (e.g. M =
-// 901-972 at N = 5376 takes the tail split, M = 769-896 at N = 5120 and K = 2048 a head of 768 rows and the
-// BN = 128 kernel below it). The BN = 128 kernel wins outright where the 128x256 tiles are too few for the SMs: small
-// M (e.g. M <= 93 at N = 7168).
+// split-K), then any kernel over the remaining rows as a GEMM of its own (A and C offset by the head). A ragged last
+// wave of 128x256 tiles has three cures, all priced: the row split, the large kernel's own tail split (below), and the
+// wide kernel's 256x160 tiles (e.g. M = 901-972 at N = 5376 takes the tail split, M = 769-972 at N = 5120 and
+// K = 2048 one wave of wide tiles). The BN = 128 kernel wins outright where the 128x256 tiles are too few for the SMs:
+// small M (e.g. M <= 93 at N = 7168).
 //
 // Large-tile kernel: persistent 128x256 tiles in grouped order, 1 TMA producer + 2 consumer warpgroups,
 // wgmma.m64n256k16, a 4-stage mbarrier ring. A finished tile is rounded to bf16, transposed inside each quad of lanes
@@ -861,7 +861,7 @@ cudaError_t launch(int dev, const __nv_bfloat16* A, const __nv_bfloat16* B, __nv
 // ------------------------------------------------------------------------------------------------------------
 // Wide-tile kernel: persistent 256x160 tiles, whole tiles only
 // ------------------------------------------------------------------------------------------------------------
-// For shapes whose 128x256 tiles leave a ragged last wave that 256x160 tiles fill (e.g. N = 5120, M = 901-969: 128
+// For shapes whose 128x256 tiles leave a ragged last wave that 256x160 tiles fill (e.g. N = 5120, M = 901-972: 128
 // tiles in one wave, where 128x256 tiles take 160). 1 TMA producer + 2 consumer warpgroups of 128 rows each (two
 // wgmma.m64n160k16 per 16 columns of K, 160 fp32 accumulators per thread), a 4-stage ring of 52 KB. The accumulators
 // leave no registers to hold a finished tile under the next one's k-steps (the large kernel's way), so a tile is
@@ -1361,7 +1361,8 @@ cudaError_t prepare(int& dev, int& sms) {
     err = cudaFuncSetAttribute(large::gemm_bf16_tn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                (int)large::SMEM_BYTES);
     if (err != cudaSuccess) return err;
-    err = cudaFuncSetAttribute(wide::gemm_wide_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wide::SMEM_BYTES);
+    err = cudaFuncSetAttribute(wide::gemm_wide_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)wide::SMEM_BYTES);
     if (err != cudaSuccess) return err;
     err = cudaFuncSetAttribute(narrow::PathA::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                (int)narrow::PathA::G::SMEM_BYTES);
