@@ -12,7 +12,7 @@ import pytest
 from pytest_ptxbench.task.catalogue import Family
 from pytest_ptxbench.toolchain import Tool, find_tool
 
-from .conftest import planted_variant, script
+from .conftest import REFERENCE_GEMM, planted_variant, script
 from .gemm_plans import PAIRS, SPLITS, WIDE, Case
 
 CASES = {**SPLITS, **PAIRS, **WIDE}
@@ -58,6 +58,17 @@ def test_a_costlier_cluster_split_moves_its_case_off_its_plan(tmp_path: Path, ge
     shape = _shape(gemm, case, case.m)
     lines = PRINTER.plans(PRINTER.build(tmp_path, nvcc, variant), [shape])
     assert lines[f"n{shape[0]}-k{shape[1]} m{shape[2]}"] == "memset; large grid 96 cluster 1" != case.plan
+
+
+def test_a_kernel_file_without_one_of_the_kernels_still_prints(tmp_path: Path, gemm: Family, nvcc: Tool) -> None:
+    """A file from before a kernel existed (here the wide kernel under another name) builds, and a launch of a kernel
+    the printer does not know reads `unknown`: `compare --base` can set today's plans against an older file's."""
+    variant = tmp_path / "gemm.cu"
+    variant.write_text(REFERENCE_GEMM.replace("gemm_wide_kernel", "gemm_other_kernel"))
+    case = WIDE["one-wave"]
+    shape = _shape(gemm, case, case.m)
+    lines = PRINTER.plans(PRINTER.build(tmp_path, nvcc, variant), [shape])
+    assert lines[f"n{shape[0]}-k{shape[1]} m{shape[2]}"] == case.plan.replace("wide", "unknown")
 
 
 @pytest.mark.parametrize(
